@@ -1,0 +1,12 @@
+//! gpu-affinity core: the pure heart of the suite.
+//!
+//! No unsafe, no FFI, no processes. Every input arrives as bytes or through a small
+//! reader trait so every decision is testable with fixtures.
+#![forbid(unsafe_code)]
+
+pub mod catalog;
+pub mod cpuset;
+pub mod model;
+pub mod pci;
+pub mod solver;
+pub mod sources;

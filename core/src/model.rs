@@ -1,0 +1,310 @@
+//! The machine model: what every topology source produces and the solver consumes.
+//!
+//! One `Machine` describes one node: its NUMA nodes and CPUs, every PCI function that
+//! matters for locality (root complexes, bridges and PCIe switch ports, GPUs, NICs), the
+//! GPUs, the NICs, and the DMI identity used to recognise the cloud instance.
+//!
+//! Unknowns stay explicit (`None`), never guessed: a VM's `numa_node = -1` is `None`,
+//! a source without CPU masks leaves the NUMA node's `cpus` empty.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::pci::PciAddr;
+
+/// PCI class codes (the 24-bit `class` value) this crate reasons about.
+pub mod class {
+    pub const BRIDGE_PCI: u32 = 0x060400;
+    pub const DISPLAY_VGA: u32 = 0x030000;
+    pub const DISPLAY_3D: u32 = 0x030200;
+    pub const NETWORK_ETHERNET: u32 = 0x020000;
+    pub const NETWORK_INFINIBAND: u32 = 0x020700;
+
+    /// Display controllers (VGA compatible or 3D), the classes NVIDIA data-centre GPUs use.
+    pub fn is_gpu(class: u32) -> bool {
+        class >> 8 == DISPLAY_VGA >> 8 || class >> 8 == DISPLAY_3D >> 8
+    }
+    pub fn is_bridge(class: u32) -> bool {
+        class >> 8 == BRIDGE_PCI >> 8
+    }
+    pub fn is_network(class: u32) -> bool {
+        class >> 16 == 0x02
+    }
+}
+
+/// PCI vendor ids this crate reasons about.
+pub mod vendor {
+    pub const NVIDIA: u16 = 0x10de;
+    pub const MELLANOX: u16 = 0x15b3;
+    pub const AMAZON: u16 = 0x1d0f;
+    pub const GOOGLE: u16 = 0x1ae0;
+    /// Device id of Google's gVNIC.
+    pub const GVNIC_DEVICE: u16 = 0x0042;
+}
+
+/// The node's identity from /sys/class/dmi/id.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dmi {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sys_vendor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub product_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chassis_asset_tag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub board_vendor: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaNode {
+    pub id: u32,
+    /// Empty when the source gives no CPU list (e.g. a trimmed NCCL file).
+    pub cpus: CpuSet,
+}
+
+/// Current and maximum PCIe link, as the kernel reports them (`current_link_speed` is
+/// text such as "16.0 GT/s PCIe").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciLink {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_speed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_width: Option<u8>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_speed: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_width: Option<u8>,
+}
+
+/// One PCI function: a bridge (root port, PCIe switch port) or an endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PciDevice {
+    pub addr: PciAddr,
+    /// The upstream bridge; `None` when the function sits on a root bus.
+    pub parent: Option<PciAddr>,
+    /// The host bridge (root complex) above it, named as in sysfs: "pci0000:10".
+    /// `None` when the source does not say (NCCL files).
+    pub root: Option<String>,
+    pub vendor: u16,
+    pub device: u16,
+    /// 24-bit class code, e.g. 0x030200 for a 3D controller.
+    pub class: u32,
+    /// `None` when unknown (numa_node = -1 on many VMs).
+    pub numa_node: Option<u32>,
+    #[serde(default)]
+    pub link: PciLink,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub pci: PciAddr,
+    /// The /dev/nvidiaN minor number, from /proc/driver/nvidia/gpus/*/information.
+    pub minor: Option<u32>,
+    pub model: Option<String>,
+}
+
+/// What kind of network device a NIC is; decides whether it carries the GPU fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NicKind {
+    /// InfiniBand HCA or IB virtual function (link layer InfiniBand).
+    Infiniband,
+    /// RDMA over Converged Ethernet (an RDMA device whose link layer is Ethernet).
+    Roce,
+    /// AWS Elastic Fabric Adapter (1d0f:efa*).
+    Efa,
+    /// Google gVNIC carrying GPUDirect-TCPX/TCPXO traffic.
+    Gvnic,
+    /// A plain Ethernet netdev (management / host NIC).
+    Ethernet,
+}
+
+/// State of an RDMA port (/sys/class/infiniband/DEV/ports/N).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaPort {
+    pub number: u32,
+    /// e.g. "4: ACTIVE"
+    pub state: Option<String>,
+    /// e.g. "400 Gb/sec (4X NDR)"
+    pub rate: Option<String>,
+    /// "InfiniBand" or "Ethernet"
+    pub link_layer: Option<String>,
+}
+
+/// One network PCI function with its RDMA device and netdev names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Nic {
+    pub pci: PciAddr,
+    pub kind: NicKind,
+    /// RDMA device name (mlx5_0, rdmap79s0, mlx5_ib3); `None` for plain netdevs.
+    pub rdma: Option<String>,
+    /// Network interface name (ib0, eth1, enp6s0); `None` when it has none.
+    pub netdev: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<RdmaPort>,
+}
+
+impl Nic {
+    /// The name users and NCCL know the device by: the RDMA name, else the netdev.
+    pub fn name(&self) -> Option<&str> {
+        self.rdma.as_deref().or(self.netdev.as_deref())
+    }
+}
+
+/// Decide a NIC's kind from its PCI ids and RDMA facts. Shared by every source so a
+/// device is classified the same way whether it came from sysfs, NCCL or hwloc XML.
+pub fn classify_nic(vendor_id: u16, device_id: u16, rdma: bool, link_layer: Option<&str>) -> NicKind {
+    match (vendor_id, device_id) {
+        (vendor::AMAZON, d) if d >> 8 == 0xef => NicKind::Efa,
+        (vendor::GOOGLE, vendor::GVNIC_DEVICE) => NicKind::Gvnic,
+        _ if rdma && link_layer.is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) => NicKind::Roce,
+        _ if rdma => NicKind::Infiniband,
+        _ => NicKind::Ethernet,
+    }
+}
+
+/// A whole node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    #[serde(default)]
+    pub dmi: Dmi,
+    pub numa_nodes: Vec<NumaNode>,
+    /// Physical cores as sets of their hardware threads. Empty when unknown; the solver
+    /// then treats every CPU as its own core.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cores: Vec<CpuSet>,
+    /// Every PCI function that matters for locality; every GPU and NIC address is here.
+    pub pci: Vec<PciDevice>,
+    pub gpus: Vec<Gpu>,
+    pub nics: Vec<Nic>,
+}
+
+/// A machine whose parts do not fit together.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ModelError {
+    #[error("{what} {addr} is not in the PCI tree")]
+    NotInPciTree { what: &'static str, addr: PciAddr },
+    #[error("PCI device {child} names parent {parent}, which is not in the PCI tree")]
+    MissingParent { child: PciAddr, parent: PciAddr },
+    #[error("PCI device {0} is its own ancestor (cycle in the PCI tree)")]
+    Cycle(PciAddr),
+    #[error("PCI device {0} is listed twice")]
+    Duplicate(PciAddr),
+    #[error("NUMA node {0} is listed twice")]
+    DuplicateNuma(u32),
+}
+
+impl Machine {
+    pub fn pci_device(&self, addr: PciAddr) -> Option<&PciDevice> {
+        self.pci.iter().find(|d| d.addr == addr)
+    }
+
+    pub fn numa_node(&self, id: u32) -> Option<&NumaNode> {
+        self.numa_nodes.iter().find(|n| n.id == id)
+    }
+
+    /// All CPUs of the machine (the union of the NUMA nodes' CPU lists).
+    pub fn cpus(&self) -> CpuSet {
+        self.numa_nodes.iter().fold(CpuSet::new(), |acc, n| acc.union(&n.cpus))
+    }
+
+    /// The bridges above `addr`, nearest first.
+    pub fn ancestors(&self, addr: PciAddr) -> Vec<PciAddr> {
+        let mut out = Vec::new();
+        let mut cur = self.pci_device(addr).and_then(|d| d.parent);
+        while let Some(p) = cur {
+            if out.contains(&p) || out.len() > self.pci.len() {
+                break; // a cycle; validate() reports it
+            }
+            out.push(p);
+            cur = self.pci_device(p).and_then(|d| d.parent);
+        }
+        out
+    }
+
+    /// The NUMA node of a PCI function: its own, else the nearest ancestor's, else the
+    /// only NUMA node of a single-node machine; `None` when unknown.
+    pub fn numa_of(&self, addr: PciAddr) -> Option<u32> {
+        std::iter::once(addr)
+            .chain(self.ancestors(addr))
+            .find_map(|a| self.pci_device(a).and_then(|d| d.numa_node))
+            .or_else(|| match self.numa_nodes.as_slice() {
+                [only] => Some(only.id),
+                _ => None,
+            })
+    }
+
+    /// The root complex of a PCI function, if the source named it.
+    pub fn root_of(&self, addr: PciAddr) -> Option<&str> {
+        self.pci_device(addr).and_then(|d| d.root.as_deref())
+    }
+
+    /// NICs that carry the GPU fabric: InfiniBand, RoCE and EFA always; gVNICs only on
+    /// machines without any RDMA NIC (GCP A3 High/Mega) and never the host NIC on root
+    /// bus 00 of domain 0 (gVNIC `enp0s12` on A3).
+    pub fn fabric_nics(&self) -> Vec<&Nic> {
+        let has_rdma = self
+            .nics
+            .iter()
+            .any(|n| matches!(n.kind, NicKind::Infiniband | NicKind::Roce | NicKind::Efa));
+        self.nics
+            .iter()
+            .filter(|n| match n.kind {
+                NicKind::Infiniband | NicKind::Roce | NicKind::Efa => true,
+                NicKind::Gvnic => !has_rdma && !(n.pci.domain == 0 && n.pci.bus == 0),
+                NicKind::Ethernet => false,
+            })
+            .collect()
+    }
+
+    /// Put every list in a canonical order so two descriptions of one machine compare equal.
+    pub fn normalize(&mut self) {
+        self.numa_nodes.sort_by_key(|n| n.id);
+        self.cores.sort();
+        self.pci.sort_by_key(|d| d.addr);
+        self.gpus.sort_by_key(|g| g.pci);
+        self.nics.sort_by(|a, b| (a.pci, &a.rdma, &a.netdev).cmp(&(b.pci, &b.rdma, &b.netdev)));
+        for nic in &mut self.nics {
+            nic.ports.sort_by_key(|p| p.number);
+        }
+    }
+
+    /// Check that the parts fit: GPUs and NICs are in the PCI tree, parents exist, no
+    /// cycles, no duplicates.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let mut seen = std::collections::HashSet::new();
+        for d in &self.pci {
+            if !seen.insert(d.addr) {
+                return Err(ModelError::Duplicate(d.addr));
+            }
+        }
+        let mut numa_seen = std::collections::HashSet::new();
+        for n in &self.numa_nodes {
+            if !numa_seen.insert(n.id) {
+                return Err(ModelError::DuplicateNuma(n.id));
+            }
+        }
+        for d in &self.pci {
+            if let Some(parent) = d.parent {
+                if !seen.contains(&parent) {
+                    return Err(ModelError::MissingParent { child: d.addr, parent });
+                }
+            }
+            if self.ancestors(d.addr).contains(&d.addr) {
+                return Err(ModelError::Cycle(d.addr));
+            }
+        }
+        for g in &self.gpus {
+            if !seen.contains(&g.pci) {
+                return Err(ModelError::NotInPciTree { what: "GPU", addr: g.pci });
+            }
+        }
+        for n in &self.nics {
+            if !seen.contains(&n.pci) {
+                return Err(ModelError::NotInPciTree { what: "NIC", addr: n.pci });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! Real-Slurm test harness (being written).
