@@ -94,8 +94,7 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
     let rdma = d.rdma_devices()?;
     let netdevs = d.netdevs()?;
     // Per network function: its RDMA devices and netdevs, each in name order.
-    let mut functions: BTreeMap<PciAddr, (Vec<(String, Vec<RdmaPort>)>, Vec<String>)> =
-        BTreeMap::new();
+    let mut functions: BTreeMap<PciAddr, FunctionNames> = BTreeMap::new();
     let is_nic = |addr: &PciAddr| classes.get(addr).is_some_and(|c| class::is_network(*c));
     for (name, addr, ports) in rdma {
         if is_nic(&addr) {
@@ -167,6 +166,9 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
     })?;
     Ok(machine)
 }
+
+/// The RDMA devices (with their ports) and netdevs found on one PCI function.
+type FunctionNames = (Vec<(String, Vec<RdmaPort>)>, Vec<String>);
 
 /// How device names pair up on one PCI function: shorter names first ("ib0" before
 /// "ib0.8001", "mlx5_2" before "mlx5_10"), then alphabetical. The fixture writer and
@@ -344,10 +346,13 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
     /// function on its own link (which also covers virtio netdevs, whose `device` is the
     /// virtio device), else its `device` link.
     fn class_device(&self, entry: &str) -> Result<Option<PciAddr>, SysfsError> {
-        if let Some(target) = self.fs.read_link(entry)? {
-            if let Some(path) = parse::device_path(&target) {
-                return Ok(path.chain.last().copied());
-            }
+        if let Some(path) = self
+            .fs
+            .read_link(entry)?
+            .as_deref()
+            .and_then(parse::device_path)
+        {
+            return Ok(path.chain.last().copied());
         }
         let device = self.fs.read_link(&format!("{entry}/device"))?;
         Ok(device
