@@ -85,11 +85,11 @@ pub fn smt_cores(half: u32) -> Vec<CpuSet> {
         .collect()
 }
 
-const BRIDGE: u32 = class::BRIDGE_PCI;
-const PEX: (u16, u16) = (0x1000, 0xc030);
-const ROOT_PORT: (u16, u16) = (0x8086, 0x352a);
-const H100: (u16, u16) = (0x10de, 0x2330);
-const CX7: (u16, u16) = (0x15b3, 0x1021);
+pub const BRIDGE: u32 = class::BRIDGE_PCI;
+pub const PEX: (u16, u16) = (0x1000, 0xc030);
+pub const ROOT_PORT: (u16, u16) = (0x8086, 0x352a);
+pub const H100: (u16, u16) = (0x10de, 0x2330);
+pub const CX7: (u16, u16) = (0x15b3, 0x1021);
 
 /// Bare metal with PCIe switches: on socket 0 a PEX switch holding a GPU and an IB HCA;
 /// on socket 1 a root port holding a GPU and a dual-port RoCE NIC (two functions).
@@ -424,3 +424,99 @@ pub fn nccl_placeholder() -> Machine {
 }
 
 pub mod hwloc;
+
+/// A p5.48xlarge-class machine: 2 sockets x 48 cores x 2 threads (192 CPUs); per GPU a
+/// PCIe switch holding the H100 and four EFAs (32 in all); an ENA on bus 00.
+pub fn p5_class() -> Machine {
+    let efa = (0x1d0f, 0xefa1);
+    let mut pci = Vec::new();
+    let mut gpus = Vec::new();
+    let mut nics = Vec::new();
+    for g in 0..8u32 {
+        let numa = Some(g / 4);
+        let bus = 0x10 + 0x10 * g as u8;
+        let root = format!("pci0000:{bus:02x}");
+        let root_port = format!("0000:{bus:02x}:01.0");
+        let upstream = format!("0000:{:02x}:00.0", bus + 1);
+        pci.push(gen5(dev(&root_port, None, &root, ROOT_PORT, BRIDGE, numa)));
+        pci.push(gen5(dev(
+            &upstream,
+            Some(&root_port),
+            &root,
+            PEX,
+            BRIDGE,
+            numa,
+        )));
+        for slot in 0..5u8 {
+            let down = format!("0000:{:02x}:{slot:02x}.0", bus + 2);
+            let end = format!("0000:{:02x}:00.0", bus + 3 + slot);
+            pci.push(gen5(dev(&down, Some(&upstream), &root, PEX, BRIDGE, numa)));
+            if slot == 0 {
+                pci.push(gen5(dev(
+                    &end,
+                    Some(&down),
+                    &root,
+                    H100,
+                    class::DISPLAY_3D,
+                    numa,
+                )));
+                gpus.push(gpu(&end, g));
+            } else {
+                pci.push(gen5(dev(
+                    &end,
+                    Some(&down),
+                    &root,
+                    efa,
+                    class::NETWORK_ETHERNET,
+                    numa,
+                )));
+                let rdma = format!("rdmap{}s0", bus + 3 + slot);
+                nics.push(nic(
+                    &end,
+                    NicKind::Efa,
+                    Some(&rdma),
+                    None,
+                    vec![port("Unspecified")],
+                ));
+            }
+        }
+    }
+    pci.push(dev(
+        "0000:00:05.0",
+        None,
+        "pci0000:00",
+        (0x1d0f, 0xec20),
+        class::NETWORK_ETHERNET,
+        Some(0),
+    ));
+    nics.push(nic(
+        "0000:00:05.0",
+        NicKind::Ethernet,
+        None,
+        Some("ens5"),
+        vec![],
+    ));
+    let mut m = Machine {
+        dmi: Dmi {
+            sys_vendor: Some("Amazon EC2".into()),
+            product_name: Some("p5.48xlarge".into()),
+            ..Dmi::default()
+        },
+        numa_nodes: vec![
+            NumaNode {
+                id: 0,
+                cpus: cpus("0-47,96-143"),
+            },
+            NumaNode {
+                id: 1,
+                cpus: cpus("48-95,144-191"),
+            },
+        ],
+        cores: smt_cores(96),
+        pci,
+        gpus,
+        nics,
+    };
+    m.normalize();
+    m
+}
