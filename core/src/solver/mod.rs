@@ -386,8 +386,16 @@ fn assign_cpus(
                 i + 1,
                 members.len()
             ));
-            given = given.union(&share);
-            ranks[r].cpus = ranks[r].cpus.union(&share);
+            share.iter().for_each(|cpu| {
+                given.insert(cpu);
+            });
+            if ranks[r].cpus.is_empty() {
+                ranks[r].cpus = share;
+            } else {
+                share.iter().for_each(|cpu| {
+                    ranks[r].cpus.insert(cpu);
+                });
+            }
         }
     }
 

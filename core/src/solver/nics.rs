@@ -30,18 +30,17 @@ pub(super) fn choose<'m>(gpus: &[Place<'m>], nics: &[Place<'m>]) -> Vec<Vec<NicC
         return out;
     }
 
-    // Per GPU: nearness to every NIC, and the set tied at the best key.
-    let near: Vec<Vec<Nearness<'m>>> = gpus
-        .iter()
-        .map(|g| nics.iter().map(|n| nearness(g, n)).collect())
-        .collect();
-    // (best key, tied NICs) -> the GPUs with exactly that candidate set.
+    // Per GPU: the nearness key to every NIC, and the NICs tied at the best key. Only keys
+    // here; the full nearness (with its reason) is built for the NICs actually given.
     let mut groups: BTreeMap<GroupKey, Vec<usize>> = BTreeMap::new();
-    for (g, row) in near.iter().enumerate() {
-        let Some(best) = row.iter().map(Nearness::key).min() else {
+    let mut keys = Vec::with_capacity(nics.len());
+    for (g, gpu) in gpus.iter().enumerate() {
+        keys.clear();
+        keys.extend(nics.iter().map(|n| nearness(gpu, n).key()));
+        let Some(best) = keys.iter().min().copied() else {
             continue;
         };
-        let tied: Vec<usize> = (0..nics.len()).filter(|&n| row[n].key() == best).collect();
+        let tied: Vec<usize> = (0..nics.len()).filter(|&n| keys[n] == best).collect();
         groups.entry((best, tied)).or_default().push(g);
     }
 
@@ -62,7 +61,7 @@ pub(super) fn choose<'m>(gpus: &[Place<'m>], nics: &[Place<'m>]) -> Vec<Vec<NicC
                 claimed[n] = true;
                 out[g].push(NicChoice {
                     nic: n,
-                    nearness: near[g][n].clone(),
+                    nearness: nearness(&gpus[g], &nics[n]),
                 });
             }
         }

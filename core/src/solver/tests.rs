@@ -1378,3 +1378,22 @@ fn sixty_four_gpus_solve_quickly_and_evenly() {
         "64 GPUs took {took:?}"
     );
 }
+
+#[test]
+#[ignore = "timing probe, run by hand in release"]
+fn timing_probe() {
+    for (name, machine) in [("p5", p5()), ("wide64", wide(64))] {
+        let req = StepRequest {
+            gpus: machine.gpus.iter().map(|g| g.pci).collect(),
+            cpus: machine.cpus(),
+            tasks: machine.gpus.len() as u32,
+            gpus_per_task: None,
+            mode: Mode::Strict,
+        };
+        let start = std::time::Instant::now();
+        for _ in 0..200 {
+            std::hint::black_box(solve(&machine, &req));
+        }
+        eprintln!("{name}: {:?} per solve", start.elapsed() / 200);
+    }
+}
