@@ -211,6 +211,15 @@ impl Machine {
         self.numa_nodes.iter().find(|n| n.id == id)
     }
 
+    /// GPUs in the order Slurm and CUDA number them on a node: by /dev/nvidiaN minor
+    /// number (gres.conf lists `File=/dev/nvidia[0-7]`), GPUs of unknown minor after,
+    /// in PCI order.
+    pub fn gpus_in_slurm_order(&self) -> Vec<&Gpu> {
+        let mut gpus: Vec<&Gpu> = self.gpus.iter().collect();
+        gpus.sort_by_key(|g| (g.minor.is_none(), g.minor, g.pci));
+        gpus
+    }
+
     /// All CPUs of the machine (the union of the NUMA nodes' CPU lists).
     pub fn cpus(&self) -> CpuSet {
         self.numa_nodes
