@@ -214,9 +214,11 @@ fn expand(text: &str, base: Option<&str>) -> Result<(CatalogEntry, Machine), Cat
     Ok((entry, machine))
 }
 
-/// Deserialize one text, turning toml's multi-line report into one line with its position.
+/// Deserialize one text, turning toml's multi-line report into one line with its position
+/// and, for a bad value, the key it was given to.
 fn deserialize(text: &str, base: Option<&str>) -> Result<Description, CatalogError> {
     toml::from_str(text).map_err(|e| {
+        let mut message = e.message().trim().replace('\n', " ");
         let (line, column) = match e.span() {
             Some(span) => {
                 let start = span.start.min(text.len());
@@ -226,6 +228,9 @@ fn deserialize(text: &str, base: Option<&str>) -> Result<Description, CatalogErr
                     .iter()
                     .rposition(|b| *b == b'\n')
                     .map_or(0, |p| p + 1);
+                if let Some(key) = key_before(&text[line_start..start]) {
+                    message = format!("{key}: {message}");
+                }
                 (line, start - line_start + 1)
             }
             None => (0, 0),
@@ -237,7 +242,17 @@ fn deserialize(text: &str, base: Option<&str>) -> Result<Description, CatalogErr
             },
             line,
             column,
-            message: e.message().trim().replace('\n', " "),
+            message,
         }
     })
+}
+
+/// The key of `key = <value>` when a bad value starts right after it on the line.
+fn key_before(line_head: &str) -> Option<&str> {
+    let head = line_head.trim_end().strip_suffix('=')?.trim_end();
+    let start = head
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .map_or(0, |p| p + 1);
+    let key = &head[start..];
+    (!key.is_empty()).then_some(key)
 }

@@ -692,7 +692,11 @@ fn check_against_xml(name: &str, rel: &str) {
                 .filter(|n| funcs.iter().any(|d| d.addr == n.pci))
                 .filter_map(|n| n.rdma.clone())
                 .collect();
-            assert_eq!(&have, nets, "{name}: rdma names at {slot:?} vs {rel}");
+            let (d, b, f) = slot;
+            assert_eq!(
+                &have, nets,
+                "{name}: rdma names at {d:04x}:{b:02x}:{f:02x} vs {rel}"
+            );
         }
     }
     for (bridge, parent) in &x.bridges {
@@ -825,11 +829,21 @@ fn unknown_key_names_the_field_and_line() {
 #[test]
 fn bad_pci_address_names_the_value_and_line() {
     let e = err(&SMALL.replace("0000:14:00.0", "0000:14:00.9"));
-    assert!(e.contains("0000:14:00.9") && e.contains("line 21"), "{e}");
+    assert_eq!(
+        e,
+        "machine description, line 21, column 17: pci: bad PCI address \"0000:14:00.9\": \
+         expected dddd:bb:dd.f, e.g. 0000:53:00.0"
+    );
     let e = err(&SMALL.replace("pci0000:10", "pci0000"));
-    assert!(e.contains("root complex") && e.contains("line 19"), "{e}");
+    assert!(
+        e.contains("root: bad root complex") && e.contains("line 19"),
+        "{e}"
+    );
     let e = err(&SMALL.replace("10de:2330", "nvidia"));
-    assert!(e.contains("PCI id") && e.contains("line 12"), "{e}");
+    assert!(
+        e.contains("pci_id: bad PCI id") && e.contains("line 12"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -900,4 +914,26 @@ fn nothing_forces_cpu_counts() {
         .replace("cpus = \"1\"", "cpus = \"\"");
     let m = parse(&text).expect("empty CPU lists are allowed");
     assert!(m.cpus().is_empty() && m.cores.is_empty());
+}
+
+#[test]
+fn extends_errors_point_into_the_base_machine() {
+    // Dropping NUMA node 1 leaves the base's NUMA-1 groups dangling: the error names the
+    // base file's line.
+    let text =
+        "name = \"x\"\nextends = \"Standard_ND96isr_H100_v5\"\n[[numa]]\nid = 0\ncpus = \"0\"\n";
+    let e = err(text);
+    assert!(
+        e.starts_with("line ")
+            && e.contains("of catalog machine Standard_ND96isr_H100_v5")
+            && e.contains("NUMA node 1"),
+        "{e}"
+    );
+    // Folding CPUs without overriding [cpu] keeps the base's SMT rule, which no longer fits.
+    let text = "name = \"x\"\nextends = \"bm.gpu.h100.8\"\n[[numa]]\nid = 0\ncpus = \"0\"\n[[numa]]\nid = 1\ncpus = \"1\"\n";
+    let e = err(text);
+    assert!(
+        e.contains("[cpu]") && e.contains("different NUMA nodes"),
+        "{e}"
+    );
 }
