@@ -23,7 +23,9 @@
 //! [gpu]                           # pci_id, model, class: what every GPU is
 //! [nic_types.NAME]                # pci_id, kind, class, rdma/netdev name templates, rate,
 //!                                 # link_layer, state
-//! [[group]]                       # numa, root = "pci0000:44", on_root_bus, root_port,
+//! [[group]]                       # numa, root = "pci0000:44" (may be left out with
+//!                                 # on_root_bus: each device is then its own root),
+//!                                 # on_root_bus, root_port,
 //!                                 # switch = { upstream, pci_id },
 //!                                 # gpus = [{ pci, minor, pci_id, model, downstream }],
 //!                                 # nics = [{ pci, type, rdma, netdev, rate, downstream }]
