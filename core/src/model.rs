@@ -154,18 +154,11 @@ impl Nic {
 
 /// Decide a NIC's kind from its PCI ids and RDMA facts. Shared by every source so a
 /// device is classified the same way whether it came from sysfs, NCCL or hwloc XML.
-pub fn classify_nic(
-    vendor_id: u16,
-    device_id: u16,
-    rdma: bool,
-    link_layer: Option<&str>,
-) -> NicKind {
+pub fn classify_nic(vendor_id: u16, device_id: u16, rdma: bool, link_layer: Option<&str>) -> NicKind {
     match (vendor_id, device_id) {
         (vendor::AMAZON, d) if d >> 8 == 0xef => NicKind::Efa,
         (vendor::GOOGLE, vendor::GVNIC_DEVICE) => NicKind::Gvnic,
-        _ if rdma && link_layer.is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) => {
-            NicKind::Roce
-        }
+        _ if rdma && link_layer.is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) => NicKind::Roce,
         _ if rdma => NicKind::Infiniband,
         _ => NicKind::Ethernet,
     }
@@ -222,9 +215,7 @@ impl Machine {
 
     /// All CPUs of the machine (the union of the NUMA nodes' CPU lists).
     pub fn cpus(&self) -> CpuSet {
-        self.numa_nodes
-            .iter()
-            .fold(CpuSet::new(), |acc, n| acc.union(&n.cpus))
+        self.numa_nodes.iter().fold(CpuSet::new(), |acc, n| acc.union(&n.cpus))
     }
 
     /// The bridges above `addr`, nearest first.
@@ -282,8 +273,7 @@ impl Machine {
         self.cores.sort();
         self.pci.sort_by_key(|d| d.addr);
         self.gpus.sort_by_key(|g| g.pci);
-        self.nics
-            .sort_by(|a, b| (a.pci, &a.rdma, &a.netdev).cmp(&(b.pci, &b.rdma, &b.netdev)));
+        self.nics.sort_by(|a, b| (a.pci, &a.rdma, &a.netdev).cmp(&(b.pci, &b.rdma, &b.netdev)));
         for nic in &mut self.nics {
             nic.ports.sort_by_key(|p| p.number);
         }
@@ -307,10 +297,7 @@ impl Machine {
         for d in &self.pci {
             if let Some(parent) = d.parent {
                 if !seen.contains(&parent) {
-                    return Err(ModelError::MissingParent {
-                        child: d.addr,
-                        parent,
-                    });
+                    return Err(ModelError::MissingParent { child: d.addr, parent });
                 }
             }
             if self.ancestors(d.addr).contains(&d.addr) {
@@ -319,18 +306,12 @@ impl Machine {
         }
         for g in &self.gpus {
             if !seen.contains(&g.pci) {
-                return Err(ModelError::NotInPciTree {
-                    what: "GPU",
-                    addr: g.pci,
-                });
+                return Err(ModelError::NotInPciTree { what: "GPU", addr: g.pci });
             }
         }
         for n in &self.nics {
             if !seen.contains(&n.pci) {
-                return Err(ModelError::NotInPciTree {
-                    what: "NIC",
-                    addr: n.pci,
-                });
+                return Err(ModelError::NotInPciTree { what: "NIC", addr: n.pci });
             }
         }
         Ok(())
