@@ -140,12 +140,25 @@ struct Context {
     core: Option<usize>,
 }
 
-#[derive(Default)]
 struct Builder {
     machine: Machine,
     seen_pci: HashSet<PciAddr>,
     numa_lines: HashMap<u32, u32>,
     dmi_done: bool,
+    /// Nodes the attribute-less fallbacks may still visit (see `scan`).
+    scan_budget: usize,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self {
+            machine: Machine::default(),
+            seen_pci: HashSet::new(),
+            numa_lines: HashMap::new(),
+            dmi_done: false,
+            scan_budget: 4_000_000,
+        }
+    }
 }
 
 fn object_type<'a>(node: Node<'a, '_>) -> &'a str {
@@ -199,7 +212,7 @@ impl Builder {
                 _ => {}
             }
             if !is_io(node) && objects(node).any(is_io) {
-                inner.io_numa = numa_of_non_io(node)?;
+                inner.io_numa = self.numa_of_non_io(node)?;
             }
             let before = stack.len();
             stack.extend(objects(node).map(|c| (c, inner.clone())));
@@ -208,6 +221,54 @@ impl Builder {
         // Cores whose PUs were all missing say nothing.
         self.machine.cores.retain(|c| !c.is_empty());
         Ok(())
+    }
+
+    /// The single NUMA node of a non-I/O object, from its `nodeset` (or the NUMA nodes
+    /// below it when it has none); `None` when it spans several or none.
+    fn numa_of_non_io(&mut self, node: Node<'_, '_>) -> Result<Option<u32>, TopologyError> {
+        if let Some(text) = node.attribute("nodeset") {
+            let bitmap = parse_bitmap(text).map_err(|e| bad(node, "nodeset", text, e))?;
+            return Ok(match (bitmap.infinite, bitmap.set.len()) {
+                (false, 1) => bitmap.set.first(),
+                _ => None,
+            });
+        }
+        let mut found = None;
+        for numa in self.scan(node, "NUMANode")? {
+            let id = u32_attr(numa, "os_index")?;
+            if found.is_some_and(|f| f != id) {
+                return Ok(None);
+            }
+            found = Some(id);
+        }
+        Ok(found)
+    }
+
+    /// The objects of type `kind` below `node`. The fallbacks that need this (files without
+    /// `cpuset`/`nodeset` attributes, which hwloc itself never writes) share one budget of
+    /// visited nodes, so a hostile file cannot make them quadratic.
+    fn scan<'a, 'i>(
+        &mut self,
+        node: Node<'a, 'i>,
+        kind: &str,
+    ) -> Result<Vec<Node<'a, 'i>>, TopologyError> {
+        let mut found = Vec::new();
+        for d in node.descendants() {
+            if self.scan_budget == 0 {
+                return Err(TopologyError::BadAttribute {
+                    line: line_of(node),
+                    element: format!("object type=\"{}\"", object_type(node)),
+                    attr: "cpuset/nodeset".into(),
+                    value: String::new(),
+                    reason: "missing on too many objects to work out from the tree".into(),
+                });
+            }
+            self.scan_budget -= 1;
+            if d.has_tag_name("object") && object_type(d) == kind {
+                found.push(d);
+            }
+        }
+        Ok(found)
     }
 
     fn dmi(&mut self, node: Node<'_, '_>) {
@@ -243,10 +304,7 @@ impl Builder {
             None => match node.parent_element() {
                 Some(parent) => {
                     let mut cpus = CpuSet::new();
-                    for pu in parent
-                        .descendants()
-                        .filter(|d| d.has_tag_name("object") && object_type(*d) == "PU")
-                    {
+                    for pu in self.scan(parent, "PU")? {
                         cpus.insert(u32_attr(pu, "os_index")?);
                     }
                     cpus
@@ -466,29 +524,6 @@ fn hex_field(text: &str, max_digits: usize) -> Option<u32> {
     u32::from_str_radix(text, 16).ok()
 }
 
-/// The single NUMA node of a non-I/O object, from its `nodeset` (or the NUMA nodes below
-/// it when it has none); `None` when it spans several or none.
-fn numa_of_non_io(node: Node<'_, '_>) -> Result<Option<u32>, TopologyError> {
-    if let Some(text) = node.attribute("nodeset") {
-        let bitmap = parse_bitmap(text).map_err(|e| bad(node, "nodeset", text, e))?;
-        return Ok(match (bitmap.infinite, bitmap.set.len()) {
-            (false, 1) => bitmap.set.first(),
-            _ => None,
-        });
-    }
-    let mut found = None;
-    for numa in node
-        .descendants()
-        .filter(|d| d.has_tag_name("object") && object_type(*d) == "NUMANode")
-    {
-        if found.is_some() {
-            return Ok(None);
-        }
-        found = Some(u32_attr(numa, "os_index")?);
-    }
-    Ok(found)
-}
-
 fn u32_attr(node: Node<'_, '_>, attr: &'static str) -> Result<u32, TopologyError> {
     let text = node
         .attribute(attr)
@@ -651,5 +686,58 @@ mod tests {
                 .to_string();
             assert!(err.starts_with("line "), "{err}");
         }
+    }
+
+    #[test]
+    fn without_cpuset_and_nodeset_the_tree_decides() {
+        let text = r#"<topology version="2.0">
+          <object type="Machine" os_index="0">
+            <object type="Package" os_index="0">
+              <object type="NUMANode" os_index="3"/>
+              <object type="PU" os_index="4"/>
+              <object type="PU" os_index="5"/>
+              <object type="Bridge" bridge_type="0-1" bridge_pci="0001:[00-01]">
+                <object type="PCIDev" pci_busid="0001:00:00.0" pci_type="0207 [15b3:101b] [15b3:0007] 00">
+                  <object type="OSDev" name="mlx5_ib0" osdev_type="3"/>
+                </object>
+              </object>
+            </object>
+          </object>
+        </topology>"#;
+        let m = parse(text).expect("parses");
+        assert_eq!(
+            m.numa_node(3).map(|n| n.cpus.to_string()),
+            Some("4-5".into())
+        );
+        assert_eq!(m.numa_of("0001:00:00.0".parse().expect("addr")), Some(3));
+        assert_eq!(m.nics[0].kind, NicKind::Infiniband);
+    }
+
+    #[test]
+    fn attribute_less_fallbacks_are_bounded() {
+        // Nested groups, each with a NUMA node but no cpuset: every NUMA node's CPUs come
+        // from a scan of its parent's subtree. The shared budget stops the quadratic work.
+        let depth = 100;
+        let mut text = String::from(r#"<topology version="2.0"><object type="Machine">"#);
+        for i in 0..depth {
+            text.push_str(&format!(
+                r#"<object type="Group"><object type="NUMANode" os_index="{i}"/>"#
+            ));
+        }
+        text.push_str(&r#"<object type="PU" os_index="0"/>"#.repeat(50));
+        text.push_str(&"</object>".repeat(depth + 1));
+        text.push_str("</topology>");
+        let doc = parse_xml(&text).expect("well-formed");
+        let m = from_document(&doc).expect("within the default budget");
+        assert!(m.numa_nodes.iter().all(|n| n.cpus.to_string() == "0"));
+        let mut small = Builder {
+            scan_budget: 1_000,
+            ..Builder::default()
+        };
+        let err = small
+            .walk(doc.root_element())
+            .expect_err("budget spent")
+            .to_string();
+        assert!(err.contains("missing on too many objects"), "{err}");
     }
 }

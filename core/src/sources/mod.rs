@@ -20,6 +20,11 @@ pub const MAX_TOPOLOGY_FILE_BYTES: u64 = 32 * 1024 * 1024;
 /// Most XML nodes the parsers accept; a hostile file cannot make roxmltree allocate without end.
 const MAX_XML_NODES: u32 = 4_000_000;
 
+/// Deepest element nesting accepted. roxmltree parses nested elements recursively, so an
+/// unbounded depth would overflow the stack; real files nest about 15 levels (hwloc) or
+/// 10 (NCCL).
+pub const MAX_XML_DEPTH: usize = 256;
+
 /// Why a topology file could not be turned into a [`Machine`]. Each variant displays as one
 /// line naming what was wrong and, where the XML parser knows it, the line number.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +127,7 @@ fn line_suffix(line: Option<u32>) -> String {
 /// exports carry `<!DOCTYPE topology SYSTEM "hwloc2.dtd">`, which roxmltree never fetches;
 /// its entity-expansion limits still apply) and a node budget.
 pub(crate) fn parse_xml(text: &str) -> Result<roxmltree::Document<'_>, TopologyError> {
+    check_structure(text)?;
     let options = roxmltree::ParsingOptions {
         allow_dtd: true,
         nodes_limit: MAX_XML_NODES,
@@ -150,6 +156,75 @@ pub(crate) fn parse_xml(text: &str) -> Result<roxmltree::Document<'_>, TopologyE
             message,
         }
     })
+}
+
+/// A cheap pass over the raw text before roxmltree sees it: refuse nesting deeper than
+/// [`MAX_XML_DEPTH`] and DTD internal subsets (`<!DOCTYPE x [ ... ]>`). Neither NCCL nor
+/// hwloc writes an internal subset, and without one no entity can expand into markup, so
+/// the depth counted here bounds roxmltree's recursion. The count errs high (it counts
+/// anything that looks like an open tag), never low.
+fn check_structure(text: &str) -> Result<(), TopologyError> {
+    let bytes = text.as_bytes();
+    let line_at = |pos: usize| 1 + bytes[..pos].iter().filter(|b| **b == b'\n').count() as u32;
+    let skip_past = |from: usize, end: &[u8]| {
+        bytes[from..]
+            .windows(end.len())
+            .position(|w| w == end)
+            .map_or(bytes.len(), |p| from + p + end.len())
+    };
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'<' {
+            i += 1;
+            continue;
+        }
+        let rest = &bytes[i..];
+        if rest.starts_with(b"<!--") {
+            i = skip_past(i + 4, b"-->");
+        } else if rest.starts_with(b"<![CDATA[") {
+            i = skip_past(i + 9, b"]]>");
+        } else if rest.starts_with(b"<?") {
+            i = skip_past(i + 2, b"?>");
+        } else if rest.starts_with(b"<!") {
+            let end = skip_past(i + 2, b">");
+            if bytes[i..end].contains(&b'[') {
+                return Err(TopologyError::Xml {
+                    line: Some(line_at(i)),
+                    message: "DTD internal subsets (<!DOCTYPE ... [ ... ]>) are not supported"
+                        .into(),
+                });
+            }
+            i = end;
+        } else if rest.starts_with(b"</") {
+            depth = depth.saturating_sub(1);
+            i += 2;
+        } else {
+            // An open tag: find its end outside quoted attribute values.
+            let mut j = i + 1;
+            let mut quote = None;
+            while j < bytes.len() {
+                match (quote, bytes[j]) {
+                    (None, q @ (b'"' | b'\'')) => quote = Some(q),
+                    (Some(q), c) if c == q => quote = None,
+                    (None, b'>') => break,
+                    _ => {}
+                }
+                j += 1;
+            }
+            if j >= bytes.len() || bytes[j - 1] != b'/' {
+                depth += 1;
+                if depth > MAX_XML_DEPTH {
+                    return Err(TopologyError::Xml {
+                        line: Some(line_at(i)),
+                        message: format!("elements nested deeper than {MAX_XML_DEPTH} levels"),
+                    });
+                }
+            }
+            i = j + 1;
+        }
+    }
+    Ok(())
 }
 
 /// The 1-based line an XML node starts on, for error messages.
@@ -210,4 +285,65 @@ pub(crate) fn finish(mut machine: Machine) -> Result<Machine, TopologyError> {
     machine.normalize();
     machine.validate()?;
     Ok(machine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(depth: usize) -> String {
+        format!(
+            "<a>{}{}</a>",
+            "<b x='>'>".repeat(depth),
+            "</b>".repeat(depth)
+        )
+    }
+
+    #[test]
+    fn nesting_is_bounded_before_roxmltree_recurses() {
+        assert!(parse_xml(&nested(MAX_XML_DEPTH - 1)).is_ok());
+        let err = parse_xml(&nested(100_000))
+            .expect_err("too deep")
+            .to_string();
+        assert!(err.contains("nested deeper"), "{err}");
+        // Self-closing tags, comments and declarations do not count.
+        let flat = format!(
+            "<?xml version='1.0'?><!-- <<<< --><a>{}</a>",
+            "<b/>".repeat(10_000)
+        );
+        assert!(parse_xml(&flat).is_ok());
+    }
+
+    #[test]
+    fn internal_dtd_subsets_are_refused() {
+        let laughs = "<!DOCTYPE t [<!ENTITY a \"<b>x</b>\">]><t>&a;</t>";
+        let err = parse_xml(laughs).expect_err("internal subset").to_string();
+        assert!(err.contains("internal subsets"), "{err}");
+        assert!(parse_xml("<!DOCTYPE topology SYSTEM \"hwloc2.dtd\"><topology/>").is_ok());
+    }
+
+    #[test]
+    fn detection_by_root_element() {
+        let err = parse_topology("<graphs version=\"1\"/>")
+            .expect_err("graph")
+            .to_string();
+        assert!(
+            err.contains("NCCL graph file (NCCL_GRAPH_FILE), not a topology"),
+            "{err}"
+        );
+        let err = parse_topology("\n<svg/>").expect_err("svg").to_string();
+        assert!(err.starts_with("line 2: root element <svg>"), "{err}");
+        let err = nccl_xml::parse("<topology version=\"2.0\"/>")
+            .expect_err("wrong")
+            .to_string();
+        assert!(err.contains("not an NCCL topology"), "{err}");
+        let err = hwloc_xml::parse("<system/>")
+            .expect_err("wrong")
+            .to_string();
+        assert!(err.contains("not an hwloc topology"), "{err}");
+        let err = parse_topology("<system><cpu numaid=\"0\">")
+            .expect_err("truncated")
+            .to_string();
+        assert!(err.contains("truncated"), "{err}");
+    }
 }

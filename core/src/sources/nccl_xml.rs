@@ -466,13 +466,17 @@ fn net_is_netdev(net: Node<'_, '_>) -> bool {
     net.attribute("name").is_some_and(is_netdev_name)
 }
 
-/// Interface-name prefixes of plain netdevs (kernel, systemd predictable names, IPoIB,
-/// bonds and bridges). RDMA device names (mlx5_0, mlx5_ib3, rdmap79s0, efa_0, irdma0,
-/// bnxt_re0) start differently.
+/// Whether a name is a plain netdev rather than an RDMA device: kernel and systemd
+/// predictable interface names (eth0, ens5, enp6s0), bonds, bridges, and kernel IPoIB names
+/// (ib0, ib1.8001). RDMA device names (mlx5_0, mlx5_ib3, rdmap79s0, efa_0, irdma0,
+/// bnxt_re0, and rdma-core's ibp12s0 / rocep12s0) do not match.
 pub(crate) fn is_netdev_name(name: &str) -> bool {
-    const NETDEV_PREFIXES: [&str; 8] = ["eth", "en", "ib", "bond", "team", "br", "veth", "lo"];
+    const NETDEV_PREFIXES: [&str; 7] = ["eth", "en", "bond", "team", "br", "veth", "lo"];
     let name = name.trim();
-    NETDEV_PREFIXES.iter().any(|p| name.starts_with(p))
+    let ipoib = name
+        .strip_prefix("ib")
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    ipoib || NETDEV_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 fn is_placeholder(addr: PciAddr) -> bool {
@@ -687,5 +691,46 @@ mod tests {
             r#"<system><cpu numaid="0"><pci busid="0000:0c:00.6" class="0x020700"><nic>{nets}</nic></pci></cpu></system>"#
         );
         assert!(parse(&text).is_err());
+    }
+
+    #[test]
+    fn netdev_names_versus_rdma_names() {
+        for netdev in ["eth0", "ens5", "enp6s0f1", "ib0", "ib1.8001", "bond0"] {
+            assert!(is_netdev_name(netdev), "{netdev}");
+        }
+        for rdma in [
+            "mlx5_0",
+            "mlx5_ib3",
+            "rdmap79s0",
+            "efa_0",
+            "ibp12s0",
+            "rocep12s0f1",
+            "irdma0",
+        ] {
+            assert!(!is_netdev_name(rdma), "{rdma}");
+        }
+    }
+
+    #[test]
+    fn deep_nesting_is_parsed_or_refused_without_overflow() {
+        let nest = |depth: usize| {
+            let mut text = String::from(r#"<system version="1"><cpu numaid="0">"#);
+            for i in 0..depth {
+                text.push_str(&format!(
+                    r#"<pci busid="{:04x}:{:02x}:00.0">"#,
+                    i / 256,
+                    i % 256
+                ));
+            }
+            text + &"</pci>".repeat(depth) + "</cpu></system>"
+        };
+        let m = parse(&nest(250)).expect("250 levels parse");
+        assert_eq!(m.pci.len(), 250);
+        assert_eq!(
+            m.ancestors("0000:f9:00.0".parse().expect("addr")).len(),
+            249
+        );
+        let err = parse(&nest(20_000)).expect_err("too deep").to_string();
+        assert!(err.contains("nested deeper"), "{err}");
     }
 }
