@@ -414,7 +414,7 @@ fn mutated_real_files_never_panic() {
     const REPLACEMENTS: [&str; 9] = ["<", ">", "\"", "/", "0", "f", "-", " ", "&"];
     for (key, path) in xml_files() {
         let text = std::fs::read_to_string(&path).expect("readable");
-        let step = (text.len() / 80).max(1);
+        let step = (text.len() / 60).max(1);
         let mut checked = 0usize;
         let mut check = |mutated: &str| {
             checked += 1;

@@ -32,7 +32,7 @@
 //! hwloc 3 XML (`version="3.0"`) and hwloc 1.x XML (no version) are refused with an error
 //! that says how to export a supported file.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use roxmltree::{Document, Node};
 
@@ -143,7 +143,7 @@ struct Context {
 struct Builder {
     machine: Machine,
     seen_pci: HashSet<PciAddr>,
-    numa_lines: HashMap<u32, u32>,
+    numa_ids: HashSet<u32>,
     dmi_done: bool,
     /// Nodes the attribute-less fallbacks may still visit (see `scan`).
     scan_budget: usize,
@@ -154,7 +154,7 @@ impl Default for Builder {
         Self {
             machine: Machine::default(),
             seen_pci: HashSet::new(),
-            numa_lines: HashMap::new(),
+            numa_ids: HashSet::new(),
             dmi_done: false,
             scan_budget: 4_000_000,
         }
@@ -312,7 +312,7 @@ impl Builder {
                 None => CpuSet::new(),
             },
         };
-        if self.numa_lines.insert(id, line).is_some() {
+        if !self.numa_ids.insert(id) {
             return Err(TopologyError::DuplicateNuma { line, id });
         }
         self.machine.numa_nodes.push(NumaNode { id, cpus });

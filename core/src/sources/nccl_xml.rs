@@ -60,7 +60,7 @@
 //! - Elements NCCL may add that say nothing about locality (`<nvlink>`, `<c2c>`, ...) are
 //!   ignored, as are comments.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use roxmltree::{Document, Node};
 
@@ -118,8 +118,8 @@ struct Builder {
     seen: HashSet<PciAddr>,
     /// Next candidate for a renumbered placeholder: (bus, device), counting down buses.
     next_placeholder: (u8, u8),
-    /// Line of the `<cpu>` that declared each NUMA node, to report duplicates.
-    numa_lines: HashMap<u32, u32>,
+    /// NUMA node ids declared so far, to report duplicates.
+    numa_ids: HashSet<u32>,
 }
 
 impl Builder {
@@ -134,7 +134,7 @@ impl Builder {
             explicit,
             seen: HashSet::new(),
             next_placeholder: (PLACEHOLDER_BUS - 1, 0),
-            numa_lines: HashMap::new(),
+            numa_ids: HashSet::new(),
         }
     }
 
@@ -208,7 +208,7 @@ impl Builder {
             Some(mask) => CpuSet::parse_mask(mask).map_err(|e| bad(node, "affinity", mask, e))?,
             None => CpuSet::new(),
         };
-        if self.numa_lines.insert(id, line).is_some() {
+        if !self.numa_ids.insert(id) {
             return Err(TopologyError::DuplicateNuma { line, id });
         }
         self.machine.numa_nodes.push(NumaNode { id, cpus });
