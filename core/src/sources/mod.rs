@@ -4,6 +4,7 @@
 //! [`TopologyError`], and one entry point, [`parse_topology`], which tells the two formats
 //! apart by their root element so `gpu-affinity explain --topology FILE` needs no flag.
 
+pub mod fixture;
 pub mod hwloc_xml;
 pub mod nccl_xml;
 pub mod sysfs;
