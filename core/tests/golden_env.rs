@@ -404,6 +404,64 @@ fn shared_machine(rel: &str, path: &Path) -> Option<Machine> {
     }
 }
 
+/// The keys a golden note says were left unset on the node for lack of a fact ("NCCL_IB_HCA
+/// not set on this node: {fabric_rdma_names} is empty").
+fn unset_for_lack_of_facts(notes: &[String]) -> BTreeSet<&str> {
+    notes
+        .iter()
+        .filter_map(|n| n.split_once(" not set on this node: ").map(|(k, _)| k))
+        .collect()
+}
+
+/// The file as a fixture tree (what `gpu-affinity fixture --from` writes, read back as the
+/// plugin reads a node) must be detected the same and export the same node-wide keys with
+/// the same values. The tree may add only keys the file left unset for lack of a name:
+/// the fixture names every RDMA device the way the kernel would.
+fn check_fixture_round_trip(
+    rel: &str,
+    machine: &Machine,
+    golden: &StepFabric,
+    profiles: &Profiles,
+) -> Vec<String> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("node");
+    sources::fixture::write_fixture(machine, &root)
+        .unwrap_or_else(|e| panic!("{rel}: writing the fixture: {e}"));
+    let tree = sources::sysfs::read_machine(&root)
+        .unwrap_or_else(|e| panic!("{rel}: reading the fixture back: {e}"));
+    let plan = strict_plan(&tree);
+    let f = step(&tree, &plan, profiles);
+    let mut bad = check_env(&format!("{rel} (fixture)"), &tree, &plan, &f, profiles);
+    let (a, b) = (&golden.detection, &f.detection);
+    if (a.vendor, &a.instance, &a.family, &a.profile)
+        != (b.vendor, &b.instance, &b.family, &b.profile)
+    {
+        bad.push(format!(
+            "{rel}: as a fixture tree detected {:?} {:?} {:?} {}, from the file {:?} {:?} {:?} {}",
+            b.vendor, b.instance, b.family, b.profile, a.vendor, a.instance, a.family, a.profile
+        ));
+    }
+    let may_add = unset_for_lack_of_facts(&golden.env.notes);
+    for (key, value) in &f.env.node {
+        match golden.env.node.get(key) {
+            Some(want) if want.value != value.value => bad.push(format!(
+                "{rel}: as a fixture tree {key}={}, from the file {}",
+                value.value, want.value
+            )),
+            None if !may_add.contains(key.as_str()) => {
+                bad.push(format!("{rel}: as a fixture tree also exports {key}"))
+            }
+            _ => {}
+        }
+    }
+    for key in golden.env.node.keys() {
+        if !f.env.node.contains_key(key) {
+            bad.push(format!("{rel}: as a fixture tree lacks {key}"));
+        }
+    }
+    bad
+}
+
 #[test]
 fn shared_topology_files_match_their_golden_env() {
     let files = topology_files();
@@ -428,6 +486,7 @@ fn shared_topology_files_match_their_golden_env() {
                 f.detection.family
             ));
         }
+        bad.extend(check_fixture_round_trip(&rel, &machine, &f, &profiles));
         let value = golden_value(&rel, &machine, &plan, &f);
         bad.extend(check_golden(
             &format!("topology-{}", file_stem(&rel)),
@@ -453,6 +512,7 @@ fn catalog_machines_match_their_golden_env() {
                 f.detection.instance
             ));
         }
+        bad.extend(check_fixture_round_trip(name, &machine, &f, &profiles));
         let value = golden_value(name, &machine, &plan, &f);
         bad.extend(check_golden(
             &format!("catalog-{}", file_stem(name)),

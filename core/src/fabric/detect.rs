@@ -85,11 +85,15 @@ struct Hardware {
     cpus_per_numa: Option<usize>,
 }
 
+/// The PCI ids of a device, `None` when a source did not give them. Topology files
+/// often name a GPU by class only; a fixture tree built from one then says vendor 10de
+/// (the class and driver make it an NVIDIA GPU) but device ffff, which is no model either.
 fn ids_of(machine: &Machine, addr: crate::pci::PciAddr) -> Option<(u16, u16)> {
+    const UNKNOWN: u16 = 0xffff;
     machine
         .pci_device(addr)
         .map(|d| (d.vendor, d.device))
-        .filter(|(v, _)| *v != 0 && *v != 0xffff)
+        .filter(|(v, d)| *v != 0 && *v != UNKNOWN && *d != UNKNOWN)
 }
 
 impl Hardware {
