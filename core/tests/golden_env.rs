@@ -9,7 +9,8 @@
 //! and review the diff against the vendor settings each profile file cites. Independently
 //! of the files, every environment is checked here: NCCL_IB_HCA lists exactly the node's
 //! fabric devices, UCX_NET_DEVICES exactly the rank's own NICs, and no rank repeats a
-//! node-wide key.
+//! node-wide key; each file and machine is also written as a fixture tree and read back as
+//! the plugin reads a node, which must detect the same and export the same.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
