@@ -10,6 +10,7 @@ use super::*;
 use crate::cpuset::CpuSet;
 use crate::model::{Machine, NicKind, class};
 use crate::pci::PciAddr;
+use crate::sources::nccl_xml;
 
 fn shared() -> PathBuf {
     std::env::var_os("GPU_AFFINITY_SHARED")
@@ -553,9 +554,10 @@ fn catalog_agrees_with_derived_groups_and_pairs() {
     assert_eq!(checked.len(), names().len(), "checked {checked:?}");
 }
 
-/// What a vendor NCCL topology file says: NUMA masks, endpoints with their NUMA node and
-/// class/ids, real bridges with their parent bridge. Placeholder switches (ffff:) skipped.
-/// (A minimal read until `sources::nccl_xml::parse` lands.)
+/// What a vendor NCCL topology file says, as `sources::nccl_xml` reads it: NUMA masks,
+/// endpoints with their NUMA node and class/ids, real bridges with their parent bridge.
+/// Placeholder switches (domain ffff, `ffff:ff:0N.0` and their renumbered repeats) are
+/// not compared: the vendors made them up.
 #[derive(Default, Debug)]
 struct XmlFacts {
     numa: BTreeMap<u32, CpuSet>,
@@ -574,54 +576,47 @@ struct XmlEndpoint {
 
 fn xml_facts(rel: &str) -> XmlFacts {
     let text = read_shared(rel);
-    let doc = roxmltree::Document::parse(&text).expect("XML");
-    let hex = |s: &str| u32::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
-    let mut facts = XmlFacts::default();
-    for cpu in doc.descendants().filter(|n| n.has_tag_name("cpu")) {
-        let id: u32 = cpu
-            .attribute("numaid")
-            .expect("numaid")
-            .parse()
-            .expect("id");
-        let mask = CpuSet::parse_mask(cpu.attribute("affinity").expect("affinity")).expect("mask");
-        facts.numa.insert(id, mask);
-        for pci in cpu.descendants().filter(|n| n.has_tag_name("pci")) {
-            let busid = pci.attribute("busid").expect("busid");
-            if busid.starts_with("ffff") {
-                continue;
-            }
-            let a = addr(busid);
-            let class = hex(pci.attribute("class").expect("class"));
-            if class::is_bridge(class) {
-                let parent = pci
-                    .ancestors()
-                    .skip(1)
-                    .find(|p| p.has_tag_name("pci"))
-                    .and_then(|p| p.attribute("busid"))
-                    .filter(|b| !b.starts_with("ffff"))
-                    .map(addr);
-                facts.bridges.insert(a, parent);
-                continue;
-            }
-            let ids = match (pci.attribute("vendor"), pci.attribute("device")) {
-                (Some(v), Some(d)) => Some((hex(v) as u16, hex(d) as u16)),
-                _ => None,
-            };
-            let nets = pci
-                .descendants()
-                .filter(|n| n.has_tag_name("net"))
-                .filter_map(|n| n.attribute("name").map(str::to_string))
-                .collect();
-            facts.endpoints.insert(
-                (a.domain, a.bus, a.device),
-                XmlEndpoint {
-                    numa: id,
-                    class,
-                    ids,
-                    nets,
-                },
-            );
+    let x = nccl_xml::parse(&text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let placeholder = |a: PciAddr| a.domain == 0xffff;
+    let mut facts = XmlFacts {
+        numa: x
+            .numa_nodes
+            .iter()
+            .map(|n| (n.id, n.cpus.clone()))
+            .collect(),
+        ..XmlFacts::default()
+    };
+    for dev in x.pci.iter().filter(|d| !placeholder(d.addr)) {
+        if class::is_bridge(dev.class) {
+            facts
+                .bridges
+                .insert(dev.addr, dev.parent.filter(|p| !placeholder(*p)));
+            continue;
         }
+        let numa = x
+            .numa_of(dev.addr)
+            .unwrap_or_else(|| panic!("{rel}: {} outside any NUMA node", dev.addr));
+        // The parser marks ids the file leaves out as all-ones.
+        let ids = Some((dev.vendor, dev.device))
+            .filter(|ids| *ids != (nccl_xml::UNKNOWN_ID, nccl_xml::UNKNOWN_ID));
+        let slot = (dev.addr.domain, dev.addr.bus, dev.addr.device);
+        let nets = x
+            .nics
+            .iter()
+            .filter(|n| n.pci == dev.addr)
+            .filter_map(|n| n.rdma.clone());
+        // Functions of one slot (the ports of a dual-port NIC) are one endpoint.
+        facts
+            .endpoints
+            .entry(slot)
+            .or_insert_with(|| XmlEndpoint {
+                numa,
+                class: dev.class,
+                ids,
+                nets: BTreeSet::new(),
+            })
+            .nets
+            .extend(nets);
     }
     facts
 }

@@ -80,13 +80,20 @@ struct Hardware {
     /// Fabric NICs per kind, with their ids ("32 EFA 1d0f:efa1").
     by_kind: BTreeMap<NicKind, (usize, Vec<(u16, u16)>)>,
     numa_nodes: usize,
+    /// The most common CPU count of the NUMA nodes that list CPUs (the CPU model is not
+    /// in the model; the count per node tells EPYC generations apart under NPS4).
+    cpus_per_numa: Option<usize>,
 }
 
+/// The PCI ids of a device, `None` when a source did not give them. Topology files
+/// often name a GPU by class only; a fixture tree built from one then says vendor 10de
+/// (the class and driver make it an NVIDIA GPU) but device ffff, which is no model either.
 fn ids_of(machine: &Machine, addr: crate::pci::PciAddr) -> Option<(u16, u16)> {
+    const UNKNOWN: u16 = 0xffff;
     machine
         .pci_device(addr)
         .map(|d| (d.vendor, d.device))
-        .filter(|(v, _)| *v != 0 && *v != 0xffff)
+        .filter(|(v, d)| *v != 0 && *v != UNKNOWN && *d != UNKNOWN)
 }
 
 impl Hardware {
@@ -123,6 +130,15 @@ impl Hardware {
                 fabric_kinds.push(nic.kind);
             }
         }
+        let mut per_numa: BTreeMap<usize, usize> = BTreeMap::new();
+        for n in machine.numa_nodes.iter().filter(|n| !n.cpus.is_empty()) {
+            *per_numa.entry(n.cpus.len()).or_default() += 1;
+        }
+        // Ties go to the larger count: a narrowed mask (a typo, a cgroup) only shrinks one.
+        let cpus_per_numa = per_numa
+            .iter()
+            .max_by_key(|(size, n)| (**n, **size))
+            .map(|(size, _)| *size);
         Hardware {
             gpu_count: machine.gpus.len(),
             gpu_id,
@@ -131,6 +147,7 @@ impl Hardware {
             fabric_kinds,
             by_kind,
             numa_nodes: machine.numa_nodes.len(),
+            cpus_per_numa,
         }
     }
 
@@ -351,7 +368,8 @@ fn infer(
             }
         }
         Vendor::Oci => {
-            if hw.count(NicKind::Roce) + hw.count(NicKind::Infiniband) == 0 {
+            let rdma_functions = hw.count(NicKind::Roce) + hw.count(NicKind::Infiniband);
+            if rdma_functions == 0 {
                 evidence.push(format!(
                     "{describe}: no RDMA NIC, not an OCI GPU cluster shape"
                 ));
@@ -366,6 +384,33 @@ fn infer(
                 ),
                 Some(gpu_id::H100_SXM) => found(s("BM.GPU.H100.8"), "oci-h100", ""),
                 Some(gpu_id::H200_SXM) => found(s("BM.GPU.H200.8"), "oci-h200", ""),
+                // Hand-flattened vendor files (oci-hpc samples/gpu/topo-flattened*.xml)
+                // give bus ids and classes only. The AMD A100 shapes run NPS4 (GPUs on 4
+                // of 8 NUMA nodes; the Intel H100/H200 shapes have 2), and the CPUs per
+                // NUMA node tell the EPYC generation: 2x 32-core Rome on BM.GPU4.8 gives
+                // 16 per node, 2x 64-core Milan on BM.GPU.A100-v2.8 / B4.8 gives 32.
+                None if hw.gpu_count == 8 && rdma_functions >= 8 && hw.numa_nodes >= 4 => {
+                    match hw.cpus_per_numa {
+                        Some(16) => found(
+                            s("BM.GPU4.8"),
+                            "oci-gpu4",
+                            " (GPU model unknown; NPS4 NUMA nodes of 16 CPUs: 2x 32-core EPYC as on BM.GPU4.8)",
+                        ),
+                        Some(32) => found(
+                            s("BM.GPU.A100-v2.8"),
+                            "oci-a100-v2",
+                            " (GPU model unknown; NPS4 NUMA nodes of 32 CPUs: 2x 64-core EPYC as on BM.GPU.A100-v2.8 / BM.GPU.B4.8)",
+                        ),
+                        other => {
+                            let cpus = other.map_or("unknown".to_string(), |n| n.to_string());
+                            evidence.push(format!(
+                                "{describe}: GPU model unknown; {} NUMA nodes of {cpus} CPUs match no OCI A100 shape",
+                                hw.numa_nodes
+                            ));
+                            (None, None)
+                        }
+                    }
+                }
                 _ => {
                     evidence.push(format!(
                         "{describe}: GPU model unknown or not a known OCI bare-metal GPU shape"

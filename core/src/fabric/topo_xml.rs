@@ -2,13 +2,16 @@
 //!
 //! One `<cpu numaid=.. affinity=..>` per NUMA node, and under it the PCI tree down to
 //! every GPU and NIC, with the real bridges (PCIe switches) between them. Branches that
-//! lead to no GPU or NIC are left out: NCCL only needs the paths between them. NCCL fills
-//! in what the file does not say (CPU arch and vendor, NVLinks, net devices) from its
-//! own discovery, as it does with the vendors' hand-written files.
+//! lead to no GPU or NIC are left out: NCCL only needs the paths between them. A fabric
+//! NIC with an RDMA device carries `<nic><net name=.. port=../></nic>`, as NCCL's own
+//! dumps do; NCCL finds a net it discovers by that name and fills in the rest (speed,
+//! GDR, dev index), so the file and NCCL agree on which PCI function is which device.
+//! NCCL fills in what the file does not say (CPU arch and vendor, NVLinks) from its own
+//! discovery, as it does with the vendors' hand-written files.
 
 use std::fmt::Write;
 
-use crate::model::{Machine, PciDevice};
+use crate::model::{Machine, Nic, PciDevice};
 use crate::pci::PciAddr;
 
 fn escape(s: &str) -> String {
@@ -50,36 +53,75 @@ fn attrs(d: &PciDevice) -> String {
             d.vendor, d.device
         );
     }
-    if let Some(speed) = &d.link.current_speed {
+    // NCCL fills link_speed/link_width from max_link_speed/max_link_width: an idle GPU
+    // trains its link down (current 2.5 GT/s), which would make NCCL rate the path as
+    // slow. The current values stand in only where the maximum is unknown.
+    let link = &d.link;
+    if let Some(speed) = link.max_speed.as_ref().or(link.current_speed.as_ref()) {
         let _ = write!(s, " link_speed=\"{}\"", escape(speed));
     }
-    if let Some(w) = d.link.current_width {
+    if let Some(w) = link.max_width.or(link.current_width) {
         let _ = write!(s, " link_width=\"{w}\"");
     }
     s
 }
 
-fn write_device(m: &Machine, keep: &[PciAddr], d: &PciDevice, depth: usize, out: &mut String) {
+/// `<net>` lines for the fabric RDMA devices on one PCI function. The port is the verbs
+/// port; one net per function, which is how Linux presents each port of a ConnectX.
+fn nets(fabric: &[&Nic], addr: PciAddr) -> Vec<String> {
+    fabric
+        .iter()
+        .filter(|n| n.pci == addr)
+        .filter_map(|n| {
+            let name = n.rdma.as_deref()?;
+            let port = n.ports.first().map_or(1, |p| p.number);
+            Some(format!("<net name=\"{}\" port=\"{port}\"/>", escape(name)))
+        })
+        .collect()
+}
+
+/// The tree to write: the machine, the devices kept, and its fabric NICs.
+struct Tree<'m> {
+    m: &'m Machine,
+    keep: Vec<PciAddr>,
+    fabric: Vec<&'m Nic>,
+}
+
+fn write_device(t: &Tree<'_>, d: &PciDevice, depth: usize, out: &mut String) {
+    let (m, keep) = (t.m, &t.keep);
     let pad = "  ".repeat(depth);
     let children: Vec<&PciDevice> = m
         .pci
         .iter()
         .filter(|c| c.parent == Some(d.addr) && keep.contains(&c.addr))
         .collect();
-    if children.is_empty() {
+    let nets = nets(&t.fabric, d.addr);
+    if children.is_empty() && nets.is_empty() {
         let _ = writeln!(out, "{pad}<pci {}/>", attrs(d));
         return;
     }
     let _ = writeln!(out, "{pad}<pci {}>", attrs(d));
+    if !nets.is_empty() {
+        let _ = writeln!(out, "{pad}  <nic>");
+        for net in nets {
+            let _ = writeln!(out, "{pad}    {net}");
+        }
+        let _ = writeln!(out, "{pad}  </nic>");
+    }
     for c in children {
-        write_device(m, keep, c, depth + 1, out);
+        write_device(t, c, depth + 1, out);
     }
     let _ = writeln!(out, "{pad}</pci>");
 }
 
 /// Render the model as an NCCL topology XML document.
 pub fn render(machine: &Machine) -> String {
-    let keep = wanted(machine);
+    let tree = Tree {
+        m: machine,
+        keep: wanted(machine),
+        fabric: machine.fabric_nics(),
+    };
+    let keep = &tree.keep;
     let tops: Vec<&PciDevice> = machine
         .pci
         .iter()
@@ -128,7 +170,7 @@ pub fn render(machine: &Machine) -> String {
         }
         let _ = writeln!(out, "{open}");
         for d in devices {
-            write_device(machine, &keep, d, 2, &mut out);
+            write_device(&tree, d, 2, &mut out);
         }
         out.push_str("  </cpu>\n");
     }

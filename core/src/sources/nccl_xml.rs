@@ -45,8 +45,12 @@
 //!   dual-port ConnectX) onto function 0 of the card, while Linux gives each port its own
 //!   PCI function and RDMA device. The n-th `<net>` (document order, from 0) is mapped to
 //!   function `base + n` of the same bus/device; a function the file does not list itself is
-//!   added to the PCI tree as a copy of the base function. `RdmaPort::number` is the
-//!   `port` attribute as NCCL wrote it; `rate` is `speed` (Mb/s) in "N Gb/sec" form.
+//!   added to the PCI tree as a copy of the base function. NCCL writes `port` as the verbs
+//!   port plus the device's index among the functions of its card (net_ib.cc
+//!   `ncclIbGetProperties`: `port + realPort`), so the second function of a dual-port
+//!   ConnectX shows `port="2"` although its only verbs port is 1. `RdmaPort::number` is
+//!   that verbs port: `port - n` for the n-th `<net>` (kept as written when that would
+//!   drop below 1, as in hand-written files); `rate` is `speed` (Mb/s) in "N Gb/sec" form.
 //! - **`<nic>` directly under `<cpu>`.** A netdev without a PCI address (NCCL's socket
 //!   transport over `eth0`, as in Azure NC A100 v4 files) cannot be placed in the PCI tree;
 //!   it is skipped with a debug log. It is never a fabric NIC.
@@ -347,7 +351,7 @@ impl Builder {
                     });
                 }
                 self.machine.nics.push(nic_from_net(
-                    *net, port_addr, vendor_id, device_id, link_layer,
+                    *net, n, port_addr, vendor_id, device_id, link_layer,
                 )?);
             }
         }
@@ -388,9 +392,10 @@ impl Builder {
     }
 }
 
-/// One `<net>` of a `<nic>`, placed on PCI function `pci`.
+/// One `<net>` of a `<nic>`, the `index`-th, placed on PCI function `pci`.
 fn nic_from_net(
     net: Node<'_, '_>,
+    index: usize,
     pci: PciAddr,
     vendor_id: u16,
     device_id: u16,
@@ -409,13 +414,19 @@ fn nic_from_net(
     };
     let mut ports = Vec::new();
     if !netdev_only {
-        let number = match net.attribute("port") {
+        let written: u32 = match net.attribute("port") {
             Some(p) => p
                 .trim()
                 .parse()
                 .map_err(|_| bad(net, "port", p, "not a port number"))?,
             None => 1,
         };
+        // Undo NCCL's `+ realPort` (see the module notes).
+        let number = u32::try_from(index)
+            .ok()
+            .and_then(|i| written.checked_sub(i))
+            .filter(|p| *p >= 1)
+            .unwrap_or(written);
         let rate = match net.attribute("speed") {
             Some(s) => {
                 let mbps: u64 = s
@@ -602,6 +613,10 @@ mod tests {
             (0x15b3, 0x1021, Some(0))
         );
         assert_eq!(m.nics[0].ports[0].rate.as_deref(), Some("200 Gb/sec"));
+        // NCCL wrote port="2" for mlx5_1 (verbs port 1 + its index on the card): each
+        // function's own verbs port is 1, which UCX_NET_DEVICES=mlx5_1:1 must name.
+        let ports: Vec<u32> = m.nics.iter().map(|n| n.ports[0].number).collect();
+        assert_eq!(ports, [1, 1]);
     }
 
     #[test]
