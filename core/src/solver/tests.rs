@@ -1350,7 +1350,7 @@ fn wide(n: u32) -> Machine {
 }
 
 #[test]
-fn sixty_four_gpus_solve_quickly_and_evenly() {
+fn sixty_four_gpus_solve_evenly() {
     let machine = wide(64);
     let req = StepRequest {
         gpus: machine.gpus.iter().map(|g| g.pci).collect(),
@@ -1359,9 +1359,8 @@ fn sixty_four_gpus_solve_quickly_and_evenly() {
         gpus_per_task: None,
         mode: Mode::Strict,
     };
-    let start = std::time::Instant::now();
+    // Speed is measured by `gpu-affinity bench`, never asserted here.
     let plan = solve(&machine, &req);
-    let took = start.elapsed();
     assert!(!plan.refused(), "{:?}", plan.violations);
     for r in &plan.ranks {
         assert_eq!(r.nics.len(), 4);
@@ -1370,30 +1369,4 @@ fn sixty_four_gpus_solve_quickly_and_evenly() {
         assert!(!r.cpus.is_empty());
     }
     check_invariants(&machine, &req, &plan, "wide(64)");
-    // Generous: a debug build on a busy machine; the solver takes well under a millisecond
-    // in release. Catches an accidental quadratic walk over every PCI device, not jitter.
-    eprintln!("solve, 64 GPUs and 256 NICs: {took:?}");
-    assert!(
-        took < std::time::Duration::from_secs(2),
-        "64 GPUs took {took:?}"
-    );
-}
-
-#[test]
-#[ignore = "timing probe, run by hand in release"]
-fn timing_probe() {
-    for (name, machine) in [("p5", p5()), ("wide64", wide(64))] {
-        let req = StepRequest {
-            gpus: machine.gpus.iter().map(|g| g.pci).collect(),
-            cpus: machine.cpus(),
-            tasks: machine.gpus.len() as u32,
-            gpus_per_task: None,
-            mode: Mode::Strict,
-        };
-        let start = std::time::Instant::now();
-        for _ in 0..200 {
-            std::hint::black_box(solve(&machine, &req));
-        }
-        eprintln!("{name}: {:?} per solve", start.elapsed() / 200);
-    }
 }
