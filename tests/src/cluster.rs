@@ -677,11 +677,11 @@ impl Drop for Cluster {
         while let Some(mut d) = self.daemons.pop() {
             d.stop(STOP_GRACE);
         }
-        if std::env::var_os(KEEP_ENV).is_some() {
-            if let Some(dir) = self.dir.take() {
-                let kept = dir.keep();
-                eprintln!("gpu-affinity-tests: kept cluster dir {}", kept.display());
-            }
+        if std::env::var_os(KEEP_ENV).is_some()
+            && let Some(dir) = self.dir.take()
+        {
+            let kept = dir.keep();
+            eprintln!("gpu-affinity-tests: kept cluster dir {}", kept.display());
         }
     }
 }
