@@ -176,6 +176,7 @@ pub struct Cluster {
     sysfs_root: Option<PathBuf>,
     plugin_path: Option<PathBuf>,
     plugin_args: Vec<(String, String)>,
+    shape: NodeShape,
     /// munged, slurmctld, slurmd: stopped in reverse.
     daemons: Vec<Daemon>,
     _lock: ClusterLock,
@@ -198,6 +199,9 @@ impl Cluster {
         for sub in ["work", "jobs"] {
             mkdir(&path.join(sub), 0o1777)?;
         }
+        let probe = path.join("lib/probe.sh");
+        write(&probe, &format!("#!/bin/sh\n{PROBE}\n"))?;
+        set_mode(&probe, 0o755)?;
 
         let node = short_hostname()?;
         let mut cluster = Cluster {
@@ -211,6 +215,11 @@ impl Cluster {
             sysfs_root: None,
             plugin_path: None,
             plugin_args: Vec::new(),
+            shape: NodeShape::Real {
+                sockets: 1,
+                cores_per_socket: 1,
+                threads_per_core: 1,
+            },
             daemons: Vec::new(),
             _lock: lock,
         };
@@ -253,6 +262,7 @@ impl Cluster {
                  tasks on CPUs the machine does not have)"
             ));
         }
+        cluster.shape = shape.clone();
         let (ctld_port, slurmd_port) = ports::pick_pair()?;
         let cluster_name = format!("gat{}", std::process::id());
         let munge_socket = cluster.path.join("munge/munge.socket");
@@ -501,11 +511,47 @@ impl Cluster {
     /// Rewrite plugstack.conf with (`true`) or without (`false`) the plugin line.
     /// srun and slurmstepd read it for every step, so the next step sees the change.
     pub fn write_plugstack(&self, with_plugin: bool) -> Result<()> {
-        let text = match (&self.plugin_path, with_plugin) {
-            (Some(plugin), true) => conf::plugstack_line(plugin, &self.plugin_args),
-            _ => "# no plugins\n".to_owned(),
-        };
-        write(&self.plugstack, &text)
+        if with_plugin {
+            self.write_plugstack_with(&[])
+        } else {
+            write(&self.plugstack, "# no plugins\n")
+        }
+    }
+
+    /// The plugin line with `extra` arguments after the cluster's own (e.g.
+    /// `test_panic=task_init`); takes effect for the next step.
+    pub fn write_plugstack_with(&self, extra: &[(&str, &str)]) -> Result<()> {
+        let plugin = self
+            .plugin_path
+            .as_ref()
+            .ok_or_else(|| harness_err!("this cluster was built without the plugin"))?;
+        let mut args = self.plugin_args.clone();
+        args.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        write(&self.plugstack, &conf::plugstack_line(plugin, &args))
+    }
+
+    /// The node as slurmctld knows it.
+    pub fn shape(&self) -> &NodeShape {
+        &self.shape
+    }
+
+    /// srun arguments for `tasks` tasks sharing the whole node: every CPU (so every
+    /// NUMA node's cores are in the step) and every GPU. `-O` lets more tasks than CPUs
+    /// run on the 2-CPU test machine; `-c` makes the allocation the whole node.
+    pub fn whole_node(&self, tasks: u32) -> Vec<String> {
+        let mut v = vec![
+            "-O".to_owned(),
+            format!("-n{tasks}"),
+            format!("-c{}", self.shape.cpus()),
+        ];
+        if self.gpus > 0 {
+            v.push(format!("--gres=gpu:{}", self.gpus));
+        }
+        v
     }
 
     /// A client command (`srun`, `sbatch`, `scontrol`, ...) bounded by `timeout`, with a
@@ -567,12 +613,19 @@ impl Cluster {
         self.client(&argv, opts)
     }
 
-    /// `srun -l ARGS sh -c PROBE`: every task reports its mask, policy and env.
+    /// `srun -l ARGS PROBE`: every task reports its mask, policy and env.
     pub fn probe(&self, args: &[&str], opts: &ClientOptions) -> Result<StepOutput> {
+        let probe = self.probe_script();
+        let probe = probe.display().to_string();
         let mut argv = vec!["srun", "-l"];
         argv.extend_from_slice(args);
-        argv.extend_from_slice(&["sh", "-c", PROBE]);
+        argv.push(&probe);
         self.client(&argv, opts)
+    }
+
+    /// The probe as an executable script (for batch scripts: `srun -l ... PROBE_PATH`).
+    pub fn probe_script(&self) -> PathBuf {
+        self.path.join("lib/probe.sh")
     }
 
     /// Submit `script` with `sbatch ARGS`, wait for the job to end (bounded by the
