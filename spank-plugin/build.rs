@@ -100,7 +100,9 @@ fn version_number(header: &str) -> Option<u32> {
             return None;
         }
         let value = words.next()?;
-        let hex = value.strip_prefix("0x").or_else(|| value.strip_prefix("0X"))?;
+        let hex = value
+            .strip_prefix("0x")
+            .or_else(|| value.strip_prefix("0X"))?;
         u32::from_str_radix(hex, 16).ok()
     })
 }

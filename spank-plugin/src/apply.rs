@@ -31,7 +31,10 @@ pub fn refusal(task: Task, problem: &str) -> Failure {
     if problem.contains("--gpu-affinity") {
         Failure(format!("gpu-affinity: rank {}: {problem}", task.global))
     } else {
-        Failure(format!("gpu-affinity: rank {}: {problem}; {ADVICE}", task.global))
+        Failure(format!(
+            "gpu-affinity: rank {}: {problem}; {ADVICE}",
+            task.global
+        ))
     }
 }
 
@@ -49,7 +52,12 @@ fn concerns(v: &Violation, task: Task) -> bool {
 
 /// Apply `task`'s binding. `Err` fails the task (strict); in prefer every problem is a
 /// warning and the task runs with what could be applied.
-pub fn apply_rank(step: &StepPlan, task: Task, host: &dyn Host, os: &dyn Os) -> Result<Applied, Failure> {
+pub fn apply_rank(
+    step: &StepPlan,
+    task: Task,
+    host: &dyn Host,
+    os: &dyn Os,
+) -> Result<Applied, Failure> {
     let strict = step.resolved.choice == Choice::Strict;
     let plan = &step.plan;
 
@@ -59,7 +67,11 @@ pub fn apply_rank(step: &StepPlan, task: Task, host: &dyn Host, os: &dyn Os) -> 
     // The plan's warnings are step-wide news: say them once, from the node's first task.
     if task.local == 0 {
         for w in &plan.warnings {
-            log::warn!("gpu-affinity: warning: rank {}: {}", w.rank.map_or(task.global, |r| r), w.message);
+            log::warn!(
+                "gpu-affinity: warning: rank {}: {}",
+                w.rank.map_or(task.global, |r| r),
+                w.message
+            );
         }
     }
     let Some(rank) = plan.ranks.iter().find(|r| r.rank == task.local) else {
@@ -67,8 +79,15 @@ pub fn apply_rank(step: &StepPlan, task: Task, host: &dyn Host, os: &dyn Os) -> 
         if strict {
             return Err(refusal(task, &problem));
         }
-        log::warn!("gpu-affinity: warning: rank {}: {problem}; left unbound", task.global);
-        return Ok(Applied { cpus: os.cpu_affinity().unwrap_or_default(), mems: Vec::new(), env: Vec::new() });
+        log::warn!(
+            "gpu-affinity: warning: rank {}: {problem}; left unbound",
+            task.global
+        );
+        return Ok(Applied {
+            cpus: os.cpu_affinity().unwrap_or_default(),
+            mems: Vec::new(),
+            env: Vec::new(),
+        });
     };
 
     let mut problems: Vec<String> = Vec::new();
@@ -83,8 +102,12 @@ pub fn apply_rank(step: &StepPlan, task: Task, host: &dyn Host, os: &dyn Os) -> 
 
     let env = rank_env(step, rank, &cpus, &mems);
     for (name, value) in &env {
-        host.setenv(name, value)
-            .map_err(|e| Failure(format!("gpu-affinity: rank {}: setting {name}: {e}", task.global)))?;
+        host.setenv(name, value).map_err(|e| {
+            Failure(format!(
+                "gpu-affinity: rank {}: setting {name}: {e}",
+                task.global
+            ))
+        })?;
     }
     if step.resolved.verbose {
         os.task_stderr(&binding_line(step, task, rank, &cpus, &mems));
@@ -119,7 +142,13 @@ fn apply_cpus(rank: &RankPlan, os: &dyn Os, problems: &mut Vec<String>) -> CpuSe
 /// Set the rank's memory policy (strict: bind to its NUMA nodes; prefer: prefer the first)
 /// and return the nodes it applies to. From a replayed topology (`sysfs_root` not `/`),
 /// nodes the running kernel lacks cannot take a policy: they are reported, not failed.
-fn apply_mems(step: &StepPlan, rank: &RankPlan, strict: bool, os: &dyn Os, problems: &mut Vec<String>) -> Vec<u32> {
+fn apply_mems(
+    step: &StepPlan,
+    rank: &RankPlan,
+    strict: bool,
+    os: &dyn Os,
+    problems: &mut Vec<String>,
+) -> Vec<u32> {
     if rank.mems.is_empty() {
         return Vec::new();
     }
@@ -130,7 +159,8 @@ fn apply_mems(step: &StepPlan, rank: &RankPlan, strict: bool, os: &dyn Os, probl
             return Vec::new();
         }
     };
-    let (present, absent): (Vec<u32>, Vec<u32>) = rank.mems.iter().partition(|n| online.contains(n));
+    let (present, absent): (Vec<u32>, Vec<u32>) =
+        rank.mems.iter().partition(|n| online.contains(n));
     if !absent.is_empty() {
         if step.live {
             problems.push(format!(
@@ -175,12 +205,21 @@ fn apply_mems(step: &StepPlan, rank: &RankPlan, strict: bool, os: &dyn Os, probl
 }
 
 fn step_root(step: &StepPlan) -> &'static str {
-    if step.live { "/" } else { "a sysfs_root other than /" }
+    if step.live {
+        "/"
+    } else {
+        "a sysfs_root other than /"
+    }
 }
 
 /// The rank's environment: what the task needs to find its devices, then what the user
 /// reads to see the binding, then the fabric profile.
-pub fn rank_env(step: &StepPlan, rank: &RankPlan, cpus: &CpuSet, mems: &[u32]) -> Vec<(String, String)> {
+pub fn rank_env(
+    step: &StepPlan,
+    rank: &RankPlan,
+    cpus: &CpuSet,
+    mems: &[u32],
+) -> Vec<(String, String)> {
     let mut env = Vec::new();
     let mut set = |k: &str, v: String| env.push((k.to_string(), v));
     let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
@@ -191,7 +230,14 @@ pub fn rank_env(step: &StepPlan, rank: &RankPlan, cpus: &CpuSet, mems: &[u32]) -
         set("UCX_NET_DEVICES", ucx.join(","));
     }
     set("GPU_AFFINITY_MODE", step.resolved.choice.to_string());
-    set("GPU_AFFINITY_GPUS", rank.gpus.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(","));
+    set(
+        "GPU_AFFINITY_GPUS",
+        rank.gpus
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
     set(
         "GPU_AFFINITY_NICS",
         rank.nics
@@ -224,7 +270,13 @@ fn ucx_devices(step: &StepPlan, rank: &RankPlan) -> Vec<String> {
 }
 
 /// The verbose switch's line on the task's stderr.
-fn binding_line(step: &StepPlan, task: Task, rank: &RankPlan, cpus: &CpuSet, mems: &[u32]) -> String {
+fn binding_line(
+    step: &StepPlan,
+    task: Task,
+    rank: &RankPlan,
+    cpus: &CpuSet,
+    mems: &[u32],
+) -> String {
     let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
     format!(
         "gpu-affinity: rank {} (local {}): mode {} GPUs {} (CUDA {}) NICs {} CPUs {} NUMA {}",
@@ -232,9 +284,21 @@ fn binding_line(step: &StepPlan, task: Task, rank: &RankPlan, cpus: &CpuSet, mem
         task.local,
         step.resolved.choice,
         join(rank.gpus.iter().map(|g| g.to_string())),
-        if cuda.is_empty() { "-".to_string() } else { cuda.join(",") },
-        join(rank.nics.iter().map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))),
+        if cuda.is_empty() {
+            "-".to_string()
+        } else {
+            cuda.join(",")
+        },
+        join(
+            rank.nics
+                .iter()
+                .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
+        ),
         cpus,
-        if mems.is_empty() { "-".to_string() } else { list(mems) }
+        if mems.is_empty() {
+            "-".to_string()
+        } else {
+            list(mems)
+        }
     )
 }

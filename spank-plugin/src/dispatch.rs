@@ -27,11 +27,19 @@ impl Hook {
     }
 }
 
-pub fn dispatch(plugin: &Plugin, hook: Hook, host: &dyn Host, os: &dyn Os, argv: &[String]) -> Result<(), Failure> {
+pub fn dispatch(
+    plugin: &Plugin,
+    hook: Hook,
+    host: &dyn Host,
+    os: &dyn Os,
+    argv: &[String],
+) -> Result<(), Failure> {
     let context = host.context();
     let result = match (hook, context) {
         (Hook::Init, _) => init::init(plugin, host, argv),
-        (Hook::InitPostOpt, Context::Local | Context::Allocator) => init_post_opt::init_post_opt(plugin, host),
+        (Hook::InitPostOpt, Context::Local | Context::Allocator) => {
+            init_post_opt::init_post_opt(plugin, host)
+        }
         (Hook::UserInit, Context::Remote) => user_init::user_init(plugin, host, os),
         (Hook::TaskInit, Context::Remote) => task_init::task_init(plugin, host, os),
         (Hook::Exit, Context::Remote) => exit::exit(plugin),

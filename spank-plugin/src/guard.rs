@@ -67,12 +67,23 @@ mod tests {
     fn ok_error_and_panic_map_to_return_values() {
         take();
         assert_eq!(run("init", || Ok(())), 0);
-        assert_eq!(run("init", || Err(Failure("gpu-affinity: nope".into()))), HOOK_ERROR);
-        assert_eq!(take(), vec![(SlurmLevel::Error, "gpu-affinity: nope".to_string())]);
-        let rc = run("task_init", || -> Result<(), Failure> { panic!("boom {}", 7) });
+        assert_eq!(
+            run("init", || Err(Failure("gpu-affinity: nope".into()))),
+            HOOK_ERROR
+        );
+        assert_eq!(
+            take(),
+            vec![(SlurmLevel::Error, "gpu-affinity: nope".to_string())]
+        );
+        let rc = run("task_init", || -> Result<(), Failure> {
+            panic!("boom {}", 7)
+        });
         assert_eq!(rc, HOOK_ERROR);
         let logs = take();
         assert_eq!(logs.len(), 1, "{logs:?}");
-        assert!(logs[0].1.contains("internal error in task_init: boom 7"), "{logs:?}");
+        assert!(
+            logs[0].1.contains("internal error in task_init: boom 7"),
+            "{logs:?}"
+        );
     }
 }

@@ -25,6 +25,7 @@ pub enum Context {
     /// Job prolog / epilog.
     JobScript,
     /// spank_context() failed.
+    #[cfg_attr(test, allow(dead_code))]
     Unknown,
 }
 
@@ -55,6 +56,7 @@ pub trait Host {
     fn context(&self) -> Context;
     fn job_id(&self) -> Result<u32, HostError>;
     fn step_id(&self) -> Result<u32, HostError>;
+    /// S_JOB_UID (logged in the step summary).
     fn job_uid(&self) -> Result<u32, HostError>;
     /// S_TASK_ID: the task's index on this node (task_init only).
     fn local_task_id(&self) -> Result<u32, HostError>;
@@ -67,6 +69,8 @@ pub trait Host {
     /// A variable of the job's environment (remote context); `None` when unset.
     fn getenv(&self, name: &str) -> Result<Option<String>, HostError>;
     fn setenv(&self, name: &str, value: &str) -> Result<(), HostError>;
+    /// Part of the wrapper for completeness; no hook needs to remove a variable yet.
+    #[allow(dead_code)]
     fn unsetenv(&self, name: &str) -> Result<(), HostError>;
     fn register_option(&self, option: &OptionSpec) -> Result<(), HostError>;
     /// A variable of the calling process's own environment (srun, sbatch): the user's

@@ -37,7 +37,10 @@ pub fn init_with_config(
         _ => without_file(&args),
     };
     plugin.set_settings(settings);
-    if matches!(context, Context::Local | Context::Remote | Context::Allocator) {
+    if matches!(
+        context,
+        Context::Local | Context::Remote | Context::Allocator
+    ) {
         host.register_option(&OPTION)
             .map_err(|e| Failure(format!("gpu-affinity: registering --gpu-affinity: {e}")))?;
     }
@@ -45,6 +48,9 @@ pub fn init_with_config(
 }
 
 fn without_file(args: &Args) -> settings::Settings {
-    let no_file = Args { config: None, ..args.clone() };
+    let no_file = Args {
+        config: None,
+        ..args.clone()
+    };
     settings::settings(&no_file, Path::new("/nonexistent/gpu-affinity.toml"), 0).unwrap_or_default()
 }

@@ -101,13 +101,21 @@ pub static spank_plugin_version: c_uint = 1;
 
 /// The `--gpu-affinity` callback (srun/sbatch: remote = 0; slurmstepd: remote = 1).
 #[cfg_attr(test, allow(dead_code))]
-pub(crate) unsafe extern "C" fn option_callback(_val: c_int, optarg: *const c_char, remote: c_int) -> c_int {
+pub(crate) unsafe extern "C" fn option_callback(
+    _val: c_int,
+    optarg: *const c_char,
+    remote: c_int,
+) -> c_int {
     guard::run("option", || {
         let value = if optarg.is_null() {
             None
         } else {
             // SAFETY: Slurm passes a NUL-terminated argument valid for the call.
-            Some(unsafe { std::ffi::CStr::from_ptr(optarg) }.to_string_lossy().into_owned())
+            Some(
+                unsafe { std::ffi::CStr::from_ptr(optarg) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
         };
         options::on_option(&PLUGIN, value.as_deref(), remote != 0)
     })
@@ -141,37 +149,61 @@ mod exports {
                 // SAFETY: i < ac, and Slurm's argv has ac entries.
                 let p = unsafe { *av.add(i) };
                 // SAFETY: each non-NULL entry is a NUL-terminated string.
-                (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+                (!p.is_null()).then(|| {
+                    unsafe { std::ffi::CStr::from_ptr(p) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
             })
             .collect()
     }
 
     #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn slurm_spank_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    pub unsafe extern "C" fn slurm_spank_init(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
         // SAFETY: forwarded from Slurm unchanged.
         unsafe { hook(Hook::Init, sp, ac, av) }
     }
 
     #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn slurm_spank_init_post_opt(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    pub unsafe extern "C" fn slurm_spank_init_post_opt(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
         // SAFETY: forwarded from Slurm unchanged.
         unsafe { hook(Hook::InitPostOpt, sp, ac, av) }
     }
 
     #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn slurm_spank_user_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    pub unsafe extern "C" fn slurm_spank_user_init(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
         // SAFETY: forwarded from Slurm unchanged.
         unsafe { hook(Hook::UserInit, sp, ac, av) }
     }
 
     #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn slurm_spank_task_init(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    pub unsafe extern "C" fn slurm_spank_task_init(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
         // SAFETY: forwarded from Slurm unchanged.
         unsafe { hook(Hook::TaskInit, sp, ac, av) }
     }
 
     #[unsafe(no_mangle)]
-    pub unsafe extern "C" fn slurm_spank_exit(sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+    pub unsafe extern "C" fn slurm_spank_exit(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
         // SAFETY: forwarded from Slurm unchanged.
         unsafe { hook(Hook::Exit, sp, ac, av) }
     }

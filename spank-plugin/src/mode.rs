@@ -5,7 +5,8 @@ use std::fmt;
 use gpu_affinity::solver::Mode;
 
 /// The allowed values, as printed after a bad one.
-pub const ALLOWED: &str = "strict, prefer or off, optionally followed by ',verbose' (e.g. --gpu-affinity=strict,verbose)";
+pub const ALLOWED: &str =
+    "strict, prefer or off, optionally followed by ',verbose' (e.g. --gpu-affinity=strict,verbose)";
 
 /// How much binding a step gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -164,13 +165,25 @@ mod tests {
             ("strict,verbose", Choice::Strict, true),
             (" prefer , verbose ", Choice::Prefer, true),
         ] {
-            assert_eq!(UserChoice::parse(text), Ok(UserChoice { choice, verbose }), "{text}");
+            assert_eq!(
+                UserChoice::parse(text),
+                Ok(UserChoice { choice, verbose }),
+                "{text}"
+            );
         }
     }
 
     #[test]
     fn rejects_bad_values_and_names_the_allowed_ones() {
-        for text in ["", "Strict", "on", "strict,", "strict,verbose,verbose", "verbose", "strict,loud"] {
+        for text in [
+            "",
+            "Strict",
+            "on",
+            "strict,",
+            "strict,verbose,verbose",
+            "verbose",
+            "strict,loud",
+        ] {
             let err = UserChoice::parse(text).expect_err(text);
             let line = err.to_string();
             assert!(line.contains(&format!("'{text}'")), "{line}");
@@ -192,17 +205,29 @@ mod tests {
         let prefer = UserChoice::parse("prefer,verbose").ok();
         let strict = UserChoice::parse("strict").ok();
         let r = resolve(off, Choice::Off, Some(Floor::Strict));
-        assert_eq!((r.choice, r.raised_from), (Choice::Strict, Some(Choice::Off)));
+        assert_eq!(
+            (r.choice, r.raised_from),
+            (Choice::Strict, Some(Choice::Off))
+        );
         let note = r.raise_note().unwrap_or_default();
-        assert!(note.contains("--gpu-affinity=off raised to strict"), "{note}");
+        assert!(
+            note.contains("--gpu-affinity=off raised to strict"),
+            "{note}"
+        );
         let r = resolve(prefer, Choice::Off, Some(Floor::Strict));
-        assert_eq!((r.choice, r.verbose, r.raised_from), (Choice::Strict, true, Some(Choice::Prefer)));
+        assert_eq!(
+            (r.choice, r.verbose, r.raised_from),
+            (Choice::Strict, true, Some(Choice::Prefer))
+        );
         let r = resolve(off, Choice::Off, Some(Floor::Prefer));
         assert_eq!(r.choice, Choice::Prefer);
         // Raising above the floor is the user's right and is no "raise".
         let r = resolve(strict, Choice::Off, Some(Floor::Prefer));
         assert_eq!((r.choice, r.raised_from), (Choice::Strict, None));
         // No user value: the default is floored too.
-        assert_eq!(resolve(None, Choice::Off, Some(Floor::Prefer)).choice, Choice::Prefer);
+        assert_eq!(
+            resolve(None, Choice::Off, Some(Floor::Prefer)).choice,
+            Choice::Prefer
+        );
     }
 }

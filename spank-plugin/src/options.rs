@@ -34,7 +34,11 @@ pub fn on_option(plugin: &Plugin, optarg: Option<&str>, remote: bool) -> Result<
         }
         Err(bad) => {
             plugin.set_option(OptionValue::Invalid);
-            let origin = if remote { " (forwarded to this node)" } else { "" };
+            let origin = if remote {
+                " (forwarded to this node)"
+            } else {
+                ""
+            };
             Err(Failure(format!("{bad}{origin}")))
         }
     }

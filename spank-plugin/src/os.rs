@@ -85,7 +85,10 @@ impl Os for LiveOs {
         let rc = unsafe { libc::syscall(libc::SYS_set_mempolicy, mode, ptr, maxnode) };
         if rc != 0 {
             let err = std::io::Error::last_os_error();
-            return Err(format!("set_mempolicy({policy}, nodes {}): {err}", list(nodes)));
+            return Err(format!(
+                "set_mempolicy({policy}, nodes {}): {err}",
+                list(nodes)
+            ));
         }
         Ok(())
     }
@@ -106,7 +109,10 @@ impl Os for LiveOs {
             )
         };
         if rc != 0 {
-            return Err(format!("get_mempolicy: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "get_mempolicy: {}",
+                std::io::Error::last_os_error()
+            ));
         }
         let nodes = (0..MASK_WORDS * 64)
             .filter(|&bit| mask[bit / 64] & (1u64 << (bit % 64)) != 0)
@@ -129,7 +135,11 @@ impl Os for LiveOs {
 
 /// "0,2,3" for the env and log lines.
 pub fn list(items: &[u32]) -> String {
-    items.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+    items
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -151,13 +161,25 @@ mod tests {
             let nodes = os.online_numa_nodes().expect("online nodes");
             let node = nodes[0];
             os.set_mempolicy(MemPolicy::Bind, &[node]).expect("bind");
-            assert_eq!(os.mempolicy().expect("readback"), (MemPolicy::Bind, vec![node]));
-            os.set_mempolicy(MemPolicy::Preferred, &[node]).expect("preferred");
-            assert_eq!(os.mempolicy().expect("readback"), (MemPolicy::Preferred, vec![node]));
+            assert_eq!(
+                os.mempolicy().expect("readback"),
+                (MemPolicy::Bind, vec![node])
+            );
+            os.set_mempolicy(MemPolicy::Preferred, &[node])
+                .expect("preferred");
+            assert_eq!(
+                os.mempolicy().expect("readback"),
+                (MemPolicy::Preferred, vec![node])
+            );
             os.set_mempolicy(MemPolicy::Default, &[]).expect("default");
-            assert_eq!(os.mempolicy().expect("readback"), (MemPolicy::Default, vec![]));
+            assert_eq!(
+                os.mempolicy().expect("readback"),
+                (MemPolicy::Default, vec![])
+            );
             // A node the kernel does not have is refused, not silently accepted.
-            let absent = (0..1024).find(|n| !nodes.contains(n)).expect("some absent node");
+            let absent = (0..1024)
+                .find(|n| !nodes.contains(n))
+                .expect("some absent node");
             assert!(os.set_mempolicy(MemPolicy::Bind, &[absent]).is_err());
         })
         .join()

@@ -68,7 +68,9 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
     for raw in argv {
         let raw = raw.as_ref();
         let Some((key, value)) = raw.split_once('=') else {
-            return Err(format!("gpu-affinity: plugstack.conf argument '{raw}' is not key=value"));
+            return Err(format!(
+                "gpu-affinity: plugstack.conf argument '{raw}' is not key=value"
+            ));
         };
         let dup = || format!("gpu-affinity: plugstack.conf key '{key}' given twice");
         let bad = |what: &str| {
@@ -85,13 +87,15 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
                 if args.sysfs_root.is_some() {
                     return Err(dup());
                 }
-                args.sysfs_root = Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
+                args.sysfs_root =
+                    Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
             }
             "default" => {
                 if args.default.is_some() {
                     return Err(dup());
                 }
-                args.default = Some(Choice::parse(value).ok_or_else(|| bad("off, prefer or strict"))?);
+                args.default =
+                    Some(Choice::parse(value).ok_or_else(|| bad("off, prefer or strict"))?);
             }
             "enforce" => {
                 if args.enforce.is_some() {
@@ -143,24 +147,36 @@ struct PluginSection {
 pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settings, String> {
     let path = match &args.config {
         Some(p) => Some(p.clone()),
-        None => default_config.exists().then(|| default_config.to_path_buf()),
+        None => default_config
+            .exists()
+            .then(|| default_config.to_path_buf()),
     };
     let file = match &path {
         Some(p) => read_config(p, owner)?,
         None => PluginSection::default(),
     };
     let file_default = match file.default.as_deref().map(str::trim) {
-        Some(v) => Some(Choice::parse(v).ok_or_else(|| config_bad(&path, "default", v, "off, prefer or strict"))?),
+        Some(v) => Some(
+            Choice::parse(v)
+                .ok_or_else(|| config_bad(&path, "default", v, "off, prefer or strict"))?,
+        ),
         None => None,
     };
     let file_enforce = match file.enforce.as_deref().map(str::trim) {
-        Some(v) => Some(Floor::parse(v).ok_or_else(|| config_bad(&path, "enforce", v, "prefer or strict"))?),
+        Some(v) => Some(
+            Floor::parse(v).ok_or_else(|| config_bad(&path, "enforce", v, "prefer or strict"))?,
+        ),
         None => None,
     };
     if let Some(root) = &file.sysfs_root
         && !root.is_absolute()
     {
-        return Err(config_bad(&path, "sysfs_root", &root.display().to_string(), "an absolute directory"));
+        return Err(config_bad(
+            &path,
+            "sysfs_root",
+            &root.display().to_string(),
+            "an absolute directory",
+        ));
     }
     let base = Settings::default();
     Ok(Settings {
@@ -179,7 +195,9 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
 fn config_bad(path: &Option<PathBuf>, key: &str, value: &str, what: &str) -> String {
     let file = path.as_deref().map(Path::display);
     match file {
-        Some(f) => format!("gpu-affinity: {f}: [plugin] {key} = '{value}' is invalid: expected {what}"),
+        Some(f) => {
+            format!("gpu-affinity: {f}: [plugin] {key} = '{value}' is invalid: expected {what}")
+        }
         None => format!("gpu-affinity: [plugin] {key} = '{value}' is invalid: expected {what}"),
     }
 }
@@ -200,9 +218,10 @@ fn read_config(path: &Path, owner: u32) -> Result<PluginSection, String> {
             meta.mode() & 0o7777
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
-    let file: ConfigFile =
-        toml::from_str(&text).map_err(|e| format!("gpu-affinity: config {shown}: {}", one_line(&e.to_string())))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
+    let file: ConfigFile = toml::from_str(&text)
+        .map_err(|e| format!("gpu-affinity: config {shown}: {}", one_line(&e.to_string())))?;
     Ok(file.plugin)
 }
 
@@ -221,8 +240,13 @@ mod tests {
 
     #[test]
     fn known_keys_parse() {
-        let a = parse_args(&["config=/etc/x.toml", "sysfs_root=/tmp/fx", "default=prefer", "enforce=strict"])
-            .expect("valid args");
+        let a = parse_args(&[
+            "config=/etc/x.toml",
+            "sysfs_root=/tmp/fx",
+            "default=prefer",
+            "enforce=strict",
+        ])
+        .expect("valid args");
         assert_eq!(a.config.as_deref(), Some(Path::new("/etc/x.toml")));
         assert_eq!(a.sysfs_root.as_deref(), Some(Path::new("/tmp/fx")));
         assert_eq!(a.default, Some(Choice::Prefer));
@@ -233,7 +257,10 @@ mod tests {
     #[test]
     fn unknown_key_is_an_error_naming_it() {
         let err = parse_args(&["sysfs_root=/x", "sysfsroot=/y"]).expect_err("unknown key");
-        assert!(err.contains("unknown plugstack.conf key 'sysfsroot'"), "{err}");
+        assert!(
+            err.contains("unknown plugstack.conf key 'sysfsroot'"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -266,7 +293,8 @@ mod tests {
     #[test]
     fn defaults_without_config() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let s = settings(&Args::default(), &dir.path().join("absent.toml"), uid()).expect("settings");
+        let s =
+            settings(&Args::default(), &dir.path().join("absent.toml"), uid()).expect("settings");
         assert_eq!(s, Settings::default());
         assert!(s.live());
     }
@@ -288,13 +316,20 @@ mod tests {
         );
         // Found at the default location.
         let s = settings(&Args::default(), &p, uid()).expect("settings");
-        assert_eq!((s.default, s.enforce), (Choice::Prefer, Some(Floor::Prefer)));
+        assert_eq!(
+            (s.default, s.enforce),
+            (Choice::Prefer, Some(Floor::Prefer))
+        );
         assert_eq!(s.sysfs_root, Path::new("/srv/topo"));
         assert!(!s.live());
         // Named by config=, overridden by plugstack keys.
-        let args = parse_args(&[format!("config={}", p.display()), "enforce=strict".into()]).expect("args");
+        let args = parse_args(&[format!("config={}", p.display()), "enforce=strict".into()])
+            .expect("args");
         let s = settings(&args, Path::new("/nonexistent"), uid()).expect("settings");
-        assert_eq!((s.default, s.enforce), (Choice::Prefer, Some(Floor::Strict)));
+        assert_eq!(
+            (s.default, s.enforce),
+            (Choice::Prefer, Some(Floor::Strict))
+        );
     }
 
     #[test]
@@ -302,7 +337,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = write_config(dir.path(), "[plugin]\ndefault = \"strict\"\n", 0o664);
         let err = settings(&Args::default(), &p, uid()).expect_err("group-writable");
-        assert!(err.contains("writable by group or others (mode 0664)"), "{err}");
+        assert!(
+            err.contains("writable by group or others (mode 0664)"),
+            "{err}"
+        );
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let err = settings(&Args::default(), &p, uid() + 1).expect_err("wrong owner");
         assert!(err.contains(&format!("owned by uid {}", uid())), "{err}");
@@ -313,7 +351,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = write_config(dir.path(), "[plugin]\ndefault = \"always\"\n", 0o600);
         let err = settings(&Args::default(), &p, uid()).expect_err("bad value");
-        assert!(err.contains("default = 'always'") && err.contains("config.toml"), "{err}");
+        assert!(
+            err.contains("default = 'always'") && err.contains("config.toml"),
+            "{err}"
+        );
         let p = write_config(dir.path(), "[plugin]\nenforced = \"strict\"\n", 0o600);
         let err = settings(&Args::default(), &p, uid()).expect_err("unknown key");
         assert!(err.contains("enforced"), "{err}");

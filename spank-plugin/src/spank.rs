@@ -68,7 +68,8 @@ impl Host for SpankHost {
     fn job_uid(&self) -> Result<u32, HostError> {
         let mut uid: libc::uid_t = 0;
         // SAFETY: S_JOB_UID takes one `uid_t *`.
-        let rc = unsafe { ffi::spank_get_item(self.sp, ffi::S_JOB_UID, &mut uid as *mut libc::uid_t) };
+        let rc =
+            unsafe { ffi::spank_get_item(self.sp, ffi::S_JOB_UID, &mut uid as *mut libc::uid_t) };
         self.check("spank_get_item(S_JOB_UID)", rc).map(|_| uid)
     }
 
@@ -88,20 +89,34 @@ impl Host for SpankHost {
     }
 
     fn local_task_count(&self) -> Result<u32, HostError> {
-        self.item_u32("spank_get_item(S_JOB_LOCAL_TASK_COUNT)", ffi::S_JOB_LOCAL_TASK_COUNT)
+        self.item_u32(
+            "spank_get_item(S_JOB_LOCAL_TASK_COUNT)",
+            ffi::S_JOB_LOCAL_TASK_COUNT,
+        )
     }
 
     fn step_alloc_cores(&self) -> Result<String, HostError> {
         let call = "spank_get_item(S_STEP_ALLOC_CORES)";
         let mut text: *mut c_char = std::ptr::null_mut();
         // SAFETY: S_STEP_ALLOC_CORES takes one `char **`; Slurm keeps ownership.
-        let rc = unsafe { ffi::spank_get_item(self.sp, ffi::S_STEP_ALLOC_CORES, &mut text as *mut *mut c_char) };
+        let rc = unsafe {
+            ffi::spank_get_item(
+                self.sp,
+                ffi::S_STEP_ALLOC_CORES,
+                &mut text as *mut *mut c_char,
+            )
+        };
         self.check(call, rc)?;
         if text.is_null() {
-            return Err(HostError { call, reason: "no core list".into() });
+            return Err(HostError {
+                call,
+                reason: "no core list".into(),
+            });
         }
         // SAFETY: non-NULL and NUL-terminated, owned by slurmstepd for the step.
-        Ok(unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned())
+        Ok(unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned())
     }
 
     fn getenv(&self, name: &str) -> Result<Option<String>, HostError> {

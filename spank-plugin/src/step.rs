@@ -25,9 +25,13 @@ pub enum StepOutcome {
     /// No GPUs in the step, or a Slurm-internal step: left alone in every mode.
     LeftAlone(&'static str),
     /// prefer, but no plan could be made: tasks run unbound; the first task warns.
-    Unplanned { warning: String },
+    Unplanned {
+        warning: String,
+    },
     /// strict, but no plan could be made: every task fails with this reason.
-    Refused { reason: String },
+    Refused {
+        reason: String,
+    },
     /// The option value that reached this node is not valid.
     Invalid(String),
     Planned(Box<StepPlan>),
@@ -45,11 +49,16 @@ pub struct StepPlan {
     pub live: bool,
     pub job_id: u32,
     pub step_id: u32,
+    /// The job owner, for the slurmd log.
+    pub uid: Option<u32>,
 }
 
 impl StepPlan {
     pub fn cuda_id(&self, gpu: PciAddr) -> Option<&str> {
-        self.cuda_ids.iter().find(|(a, _)| *a == gpu).map(|(_, id)| id.as_str())
+        self.cuda_ids
+            .iter()
+            .find(|(a, _)| *a == gpu)
+            .map(|(_, id)| id.as_str())
     }
 }
 
@@ -101,7 +110,10 @@ pub fn step_gpus(host: &dyn Host) -> Result<Option<StepGpus>, String> {
 fn parse_ids(text: &str) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
     for part in text.split(',').map(str::trim) {
-        let num = |s: &str| s.parse::<u32>().map_err(|_| format!("'{part}' is not a GPU id"));
+        let num = |s: &str| {
+            s.parse::<u32>()
+                .map_err(|_| format!("'{part}' is not a GPU id"))
+        };
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (num(a)?, num(b)?);
@@ -117,21 +129,19 @@ fn parse_ids(text: &str) -> Result<Vec<u32>, String> {
 }
 
 /// Global GPU ids -> PCI addresses through the GPUs' /dev/nvidiaN minor numbers; on a
-/// topology without minor numbers, the n-th GPU in PCI order (the order the driver
-/// numbers them in).
+/// topology without minor numbers, the n-th GPU in Slurm's order (PCI order).
 pub fn map_gpus(machine: &Machine, global: &[u32]) -> Result<Vec<PciAddr>, String> {
     let has_minors = machine.gpus.iter().any(|g| g.minor.is_some());
-    let mut by_bus: Vec<PciAddr> = machine.gpus.iter().map(|g| g.pci).collect();
-    by_bus.sort();
+    let order = machine.gpus_in_slurm_order();
     global
         .iter()
         .map(|&id| {
             let found = if has_minors {
-                machine.gpus.iter().find(|g| g.minor == Some(id)).map(|g| g.pci)
+                machine.gpus.iter().find(|g| g.minor == Some(id))
             } else {
-                by_bus.get(id as usize).copied()
+                order.get(id as usize).copied()
             };
-            found.ok_or_else(|| {
+            found.map(|g| g.pci).ok_or_else(|| {
                 format!(
                     "GPU {id} of this step (/dev/nvidia{id}) is not among the node's {} GPUs",
                     machine.gpus.len()
@@ -172,6 +182,7 @@ pub struct StepFacts {
     pub live: bool,
     pub job_id: u32,
     pub step_id: u32,
+    pub uid: Option<u32>,
 }
 
 /// Solve the step. Problems that stop planning become `Refused` (strict) or
@@ -214,6 +225,7 @@ pub fn plan_step(machine: Machine, facts: StepFacts) -> StepOutcome {
         live: facts.live,
         job_id: facts.job_id,
         step_id: facts.step_id,
+        uid: facts.uid,
     }))
 }
 
@@ -231,9 +243,10 @@ pub fn unplannable(resolved: Resolved, reason: String) -> StepOutcome {
 pub fn summary(step: &StepPlan) -> Vec<String> {
     let plan = &step.plan;
     let mut lines = vec![format!(
-        "gpu-affinity: step {}.{}: mode {}, {} local ranks, {} GPUs, {} violations, {} warnings",
+        "gpu-affinity: step {}.{} (uid {}): mode {}, {} local ranks, {} GPUs, {} violations, {} warnings",
         step.job_id,
         step.step_id,
+        step.uid.map_or("?".to_string(), |u| u.to_string()),
         step.resolved.choice,
         plan.ranks.len(),
         step.cuda_ids.len(),
@@ -247,18 +260,29 @@ pub fn summary(step: &StepPlan) -> Vec<String> {
             step.step_id,
             r.rank,
             join(r.gpus.iter().map(|g| g.to_string())),
-            join(r.nics.iter().map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))),
+            join(
+                r.nics
+                    .iter()
+                    .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
+            ),
             r.cpus,
             join(r.mems.iter().map(u32::to_string))
         ));
     }
     for v in plan.violations.iter().chain(&plan.warnings) {
-        lines.push(format!("gpu-affinity: step {}.{}: {}", step.job_id, step.step_id, v.message));
+        lines.push(format!(
+            "gpu-affinity: step {}.{}: {}",
+            step.job_id, step.step_id, v.message
+        ));
     }
     lines
 }
 
 pub fn join(items: impl Iterator<Item = String>) -> String {
     let v: Vec<String> = items.collect();
-    if v.is_empty() { "-".to_string() } else { v.join(",") }
+    if v.is_empty() {
+        "-".to_string()
+    } else {
+        v.join(",")
+    }
 }

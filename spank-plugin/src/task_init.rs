@@ -10,11 +10,17 @@ use crate::step::StepOutcome;
 pub fn task_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
     let Some(outcome) = plugin.step() else {
         // user_init failed (already logged) or never ran: nothing trustworthy to apply.
-        return Err(Failure("gpu-affinity: no plan for this step (user_init failed; see the slurmd log)".into()));
+        return Err(Failure(
+            "gpu-affinity: no plan for this step (user_init failed; see the slurmd log)".into(),
+        ));
     };
     let task = || -> Result<Task, Failure> {
-        let local = host.local_task_id().map_err(|e| Failure(format!("gpu-affinity: {e}")))?;
-        let global = host.global_task_id().map_err(|e| Failure(format!("gpu-affinity: {e}")))?;
+        let local = host
+            .local_task_id()
+            .map_err(|e| Failure(format!("gpu-affinity: {e}")))?;
+        let global = host
+            .global_task_id()
+            .map_err(|e| Failure(format!("gpu-affinity: {e}")))?;
         Ok(Task { local, global })
     };
     match outcome {

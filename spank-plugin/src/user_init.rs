@@ -77,6 +77,7 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         live: settings.live(),
         job_id: host.job_id().unwrap_or(0),
         step_id,
+        uid: host.job_uid().ok(),
     };
     step::plan_step(machine, facts)
 }
