@@ -204,3 +204,91 @@ pub fn plugstack_line(plugin: &Path, args: &[(String, String)]) -> String {
     s.push('\n');
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_node_line_of_slurmd_c() {
+        let text = "NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 \
+                    RealMemory=24105\nUpTime=0-00:06:56\n";
+        assert_eq!(
+            NodeShape::from_slurmd_c(text),
+            Some(NodeShape::Real {
+                sockets: 1,
+                cores_per_socket: 2,
+                threads_per_core: 1
+            })
+        );
+        assert_eq!(NodeShape::from_slurmd_c("garbage"), None);
+    }
+
+    fn render(shape: NodeShape, task_plugin: TaskPlugin) -> String {
+        SlurmConf {
+            cluster_name: "t",
+            node: "n1",
+            ctld_port: 20000,
+            slurmd_port: 20001,
+            dir: Path::new("/tmp/c"),
+            munge_socket: Path::new("/tmp/c/munge/munge.socket"),
+            plugstack: Path::new("/tmp/c/plugstack.conf"),
+            shape: &shape,
+            task_plugin,
+            gpus: 8,
+            slurmd_debug: "info",
+        }
+        .render()
+    }
+
+    #[test]
+    fn an_emulated_node_uses_config_overrides() {
+        let big = NodeShape::Emulated {
+            sockets: 2,
+            cores_per_socket: 48,
+            threads_per_core: 2,
+        };
+        let text = render(big, TaskPlugin::None);
+        assert!(
+            text.contains("SlurmdParameters=config_overrides\n"),
+            "{text}"
+        );
+        assert!(text.contains("CPUs=192 "), "{text}");
+        assert!(text.contains("Gres=gpu:8 "), "{text}");
+        assert!(text.contains("TaskPlugin=task/none\n"), "{text}");
+        assert!(
+            text.contains("AuthInfo=socket=/tmp/c/munge/munge.socket\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cgroup_devices_turns_on_the_cgroup_plugins() {
+        let real = NodeShape::Real {
+            sockets: 1,
+            cores_per_socket: 2,
+            threads_per_core: 1,
+        };
+        let text = render(real, TaskPlugin::CgroupDevices);
+        assert!(text.contains("ProctrackType=proctrack/cgroup\n"), "{text}");
+        assert!(
+            text.contains("TaskPlugin=task/cgroup,task/affinity\n"),
+            "{text}"
+        );
+        assert!(!text.contains("config_overrides"), "{text}");
+        assert!(cgroup_conf(TaskPlugin::CgroupDevices).contains("ConstrainDevices=yes"));
+    }
+
+    #[test]
+    fn gres_conf_lists_the_fake_devices() {
+        assert_eq!(
+            gres_conf("n1", Path::new("/d"), 8),
+            "NodeName=n1 Name=gpu File=/d/nvidia[0-7]\n"
+        );
+        assert_eq!(
+            gres_conf("n1", Path::new("/d"), 1),
+            "NodeName=n1 Name=gpu File=/d/nvidia0\n"
+        );
+        assert_eq!(gres_conf("n1", Path::new("/d"), 0), "");
+    }
+}

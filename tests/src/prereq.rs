@@ -33,7 +33,6 @@ pub struct Programs {
     pub scancel: PathBuf,
     pub timeout: PathBuf,
     pub runuser: PathBuf,
-    pub mknod: PathBuf,
 }
 
 /// True when the developer asked to skip real-Slurm tests.
@@ -43,9 +42,14 @@ pub fn skip_requested() -> bool {
 
 /// Check root and every program; the error lists everything missing at once.
 pub fn check() -> Result<Programs> {
+    check_with(find_program, nix::unistd::geteuid().is_root())
+}
+
+/// [`check`] with the program lookup and the root test given (for unit tests).
+pub fn check_with(lookup: impl Fn(&str) -> Option<PathBuf>, is_root: bool) -> Result<Programs> {
     let mut missing: Vec<(&str, &str)> = Vec::new();
     let mut find = |name: &'static str, package: &'static str| -> PathBuf {
-        find_program(name).unwrap_or_else(|| {
+        lookup(name).unwrap_or_else(|| {
             missing.push((name, package));
             PathBuf::from(name)
         })
@@ -63,10 +67,9 @@ pub fn check() -> Result<Programs> {
         scancel: find("scancel", "slurm-client"),
         timeout: find("timeout", "coreutils"),
         runuser: find("runuser", "util-linux"),
-        mknod: find("mknod", "coreutils"),
     };
     let mut problems = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
+    if !is_root {
         problems.push(
             "the real-Slurm tests must run as root (they create device nodes with mknod and run \
              slurmd, which starts jobs as other users)"
@@ -107,4 +110,29 @@ fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata()
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_daemon_names_its_package_and_the_install_command() {
+        let err = check_with(|name| (name != "slurmd").then(|| PathBuf::from("/x")), true)
+            .expect_err("slurmd is missing");
+        assert!(err.0.contains("slurmd (package slurmd)"), "{err}");
+        assert!(err.0.contains("apt-get install"), "{err}");
+        assert!(err.0.contains(SKIP_ENV), "{err}");
+    }
+
+    #[test]
+    fn not_root_is_an_error_too() {
+        let err = check_with(|_| Some(PathBuf::from("/x")), false).expect_err("not root");
+        assert!(err.0.contains("as root"), "{err}");
+    }
+
+    #[test]
+    fn everything_present_as_root_passes() {
+        assert!(check_with(|_| Some(PathBuf::from("/x")), true).is_ok());
+    }
 }
