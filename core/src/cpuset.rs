@@ -178,7 +178,10 @@ mod tests {
         assert_eq!(set.len(), 96);
         assert_eq!(set.to_string(), "0-47,96-143");
         assert_eq!(CpuSet::parse_list("").expect("empty").to_string(), "");
-        assert_eq!(CpuSet::parse_list("3,1,2\n").expect("valid").to_string(), "1-3");
+        assert_eq!(
+            CpuSet::parse_list("3,1,2\n").expect("valid").to_string(),
+            "1-3"
+        );
     }
 
     #[test]

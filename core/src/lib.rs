@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod cpuset;
+pub mod fabric;
 pub mod model;
 pub mod pci;
 pub mod solver;

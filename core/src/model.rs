@@ -154,11 +154,18 @@ impl Nic {
 
 /// Decide a NIC's kind from its PCI ids and RDMA facts. Shared by every source so a
 /// device is classified the same way whether it came from sysfs, NCCL or hwloc XML.
-pub fn classify_nic(vendor_id: u16, device_id: u16, rdma: bool, link_layer: Option<&str>) -> NicKind {
+pub fn classify_nic(
+    vendor_id: u16,
+    device_id: u16,
+    rdma: bool,
+    link_layer: Option<&str>,
+) -> NicKind {
     match (vendor_id, device_id) {
         (vendor::AMAZON, d) if d >> 8 == 0xef => NicKind::Efa,
         (vendor::GOOGLE, vendor::GVNIC_DEVICE) => NicKind::Gvnic,
-        _ if rdma && link_layer.is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) => NicKind::Roce,
+        _ if rdma && link_layer.is_some_and(|l| l.eq_ignore_ascii_case("ethernet")) => {
+            NicKind::Roce
+        }
         _ if rdma => NicKind::Infiniband,
         _ => NicKind::Ethernet,
     }
@@ -215,7 +222,9 @@ impl Machine {
 
     /// All CPUs of the machine (the union of the NUMA nodes' CPU lists).
     pub fn cpus(&self) -> CpuSet {
-        self.numa_nodes.iter().fold(CpuSet::new(), |acc, n| acc.union(&n.cpus))
+        self.numa_nodes
+            .iter()
+            .fold(CpuSet::new(), |acc, n| acc.union(&n.cpus))
     }
 
     /// The bridges above `addr`, nearest first.
@@ -238,7 +247,7 @@ impl Machine {
         std::iter::once(addr)
             .chain(self.ancestors(addr))
             .find_map(|a| self.pci_device(a).and_then(|d| d.numa_node))
-            .or_else(|| match self.numa_nodes.as_slice() {
+            .or(match self.numa_nodes.as_slice() {
                 [only] => Some(only.id),
                 _ => None,
             })
@@ -249,19 +258,32 @@ impl Machine {
         self.pci_device(addr).and_then(|d| d.root.as_deref())
     }
 
-    /// NICs that carry the GPU fabric: InfiniBand, RoCE and EFA always; gVNICs only on
-    /// machines without any RDMA NIC (GCP A3 High/Mega) and never the host NIC on root
-    /// bus 00 of domain 0 (gVNIC `enp0s12` on A3).
+    /// NICs that carry the GPU fabric.
+    ///
+    /// - InfiniBand and EFA always.
+    /// - RoCE when its PCI id belongs to the node's largest group of RDMA NICs: the fabric is
+    ///   a homogeneous set (16 CX-7 ports on OCI BM.GPU.H100.8), while host NICs that also
+    ///   speak RDMA are a different model and fewer (OCI's front-end mlx5_2/mlx5_11, Azure's
+    ///   accelerated-networking `mlx5_an0` next to eight IB VFs).
+    /// - gVNIC only on machines without any RDMA NIC (GCP A3 High/Mega), and never the host
+    ///   NIC on root bus 00 of domain 0 (gVNIC `enp0s12` on A3).
     pub fn fabric_nics(&self) -> Vec<&Nic> {
-        let has_rdma = self
-            .nics
-            .iter()
-            .any(|n| matches!(n.kind, NicKind::Infiniband | NicKind::Roce | NicKind::Efa));
+        let is_rdma =
+            |n: &Nic| matches!(n.kind, NicKind::Infiniband | NicKind::Roce | NicKind::Efa);
+        let pci_id = |n: &Nic| self.pci_device(n.pci).map(|d| (d.vendor, d.device));
+        let mut group_sizes: std::collections::HashMap<Option<(u16, u16)>, usize> =
+            Default::default();
+        for nic in self.nics.iter().filter(|n| is_rdma(n)) {
+            *group_sizes.entry(pci_id(nic)).or_default() += 1;
+        }
+        let largest = group_sizes.values().copied().max().unwrap_or(0);
+        let has_rdma = largest > 0;
         self.nics
             .iter()
             .filter(|n| match n.kind {
-                NicKind::Infiniband | NicKind::Roce | NicKind::Efa => true,
-                NicKind::Gvnic => !has_rdma && !(n.pci.domain == 0 && n.pci.bus == 0),
+                NicKind::Infiniband | NicKind::Efa => true,
+                NicKind::Roce => group_sizes.get(&pci_id(n)).copied().unwrap_or(0) == largest,
+                NicKind::Gvnic => !(has_rdma || n.pci.domain == 0 && n.pci.bus == 0),
                 NicKind::Ethernet => false,
             })
             .collect()
@@ -273,7 +295,8 @@ impl Machine {
         self.cores.sort();
         self.pci.sort_by_key(|d| d.addr);
         self.gpus.sort_by_key(|g| g.pci);
-        self.nics.sort_by(|a, b| (a.pci, &a.rdma, &a.netdev).cmp(&(b.pci, &b.rdma, &b.netdev)));
+        self.nics
+            .sort_by(|a, b| (a.pci, &a.rdma, &a.netdev).cmp(&(b.pci, &b.rdma, &b.netdev)));
         for nic in &mut self.nics {
             nic.ports.sort_by_key(|p| p.number);
         }
@@ -295,10 +318,13 @@ impl Machine {
             }
         }
         for d in &self.pci {
-            if let Some(parent) = d.parent {
-                if !seen.contains(&parent) {
-                    return Err(ModelError::MissingParent { child: d.addr, parent });
-                }
+            if let Some(parent) = d.parent
+                && !seen.contains(&parent)
+            {
+                return Err(ModelError::MissingParent {
+                    child: d.addr,
+                    parent,
+                });
             }
             if self.ancestors(d.addr).contains(&d.addr) {
                 return Err(ModelError::Cycle(d.addr));
@@ -306,12 +332,18 @@ impl Machine {
         }
         for g in &self.gpus {
             if !seen.contains(&g.pci) {
-                return Err(ModelError::NotInPciTree { what: "GPU", addr: g.pci });
+                return Err(ModelError::NotInPciTree {
+                    what: "GPU",
+                    addr: g.pci,
+                });
             }
         }
         for n in &self.nics {
             if !seen.contains(&n.pci) {
-                return Err(ModelError::NotInPciTree { what: "NIC", addr: n.pci });
+                return Err(ModelError::NotInPciTree {
+                    what: "NIC",
+                    addr: n.pci,
+                });
             }
         }
         Ok(())

@@ -19,7 +19,12 @@ pub struct PciAddrError(pub String);
 
 impl PciAddr {
     pub const fn new(domain: u32, bus: u8, device: u8, function: u8) -> Self {
-        Self { domain, bus, device, function }
+        Self {
+            domain,
+            bus,
+            device,
+            function,
+        }
     }
 }
 
@@ -58,7 +63,11 @@ impl FromStr for PciAddr {
 
 impl fmt::Display for PciAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.device, self.function
+        )
     }
 }
 
@@ -93,7 +102,14 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for bad in ["", "0000:53:00", "zz:00.0", "0000:153:00.0", "0000:53:20.0", "0000:53:00.8"] {
+        for bad in [
+            "",
+            "0000:53:00",
+            "zz:00.0",
+            "0000:153:00.0",
+            "0000:53:20.0",
+            "0000:53:00.8",
+        ] {
             assert!(bad.parse::<PciAddr>().is_err(), "{bad}");
         }
     }

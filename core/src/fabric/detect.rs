@@ -1,0 +1,434 @@
+//! Offline vendor and instance detection: DMI first, then GPU/NIC PCI ids and counts.
+//!
+//! No metadata service: only what the node itself shows. AWS writes the instance type
+//! into DMI `product_name`; Azure, Google and OCI do not, so their instance is inferred
+//! from the GPU model and the fabric NICs (kind, ids, count). Every conclusion leaves one
+//! evidence line, which `gpu-affinity explain` prints.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::profiles::{MatchFacts, Profiles};
+use crate::model::{Machine, NicKind, vendor};
+
+/// DMI chassis asset tag of every Azure VM.
+const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
+const OCI_ASSET_TAG: &str = "OracleCloud.com";
+const AWS_SYS_VENDOR: &str = "Amazon EC2";
+const GCE_PRODUCT: &str = "Google Compute Engine";
+
+/// NVIDIA device ids this module tells apart.
+mod gpu_id {
+    pub const A100_40G: u16 = 0x20b0;
+    pub const A100_80G: u16 = 0x20b2;
+    pub const H100_SXM: u16 = 0x2330;
+    pub const H200_SXM: u16 = 0x2335;
+    pub const B200: u16 = 0x2901;
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    Aws,
+    Azure,
+    Gcp,
+    Oci,
+    Unknown,
+}
+
+impl Vendor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Aws => "aws",
+            Vendor::Azure => "azure",
+            Vendor::Gcp => "gcp",
+            Vendor::Oci => "oci",
+            Vendor::Unknown => "unknown",
+        }
+    }
+}
+
+/// What detection concluded, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Detection {
+    pub vendor: Vendor,
+    /// The instance type ("p5.48xlarge", "Standard_ND96isr_H100_v5", "a3-highgpu-8g",
+    /// "BM.GPU.H100.8"); `None` when it cannot be told.
+    pub instance: Option<String>,
+    /// The instance family profiles match on ("p5", "ndv5", "a3-high", "oci-h100").
+    pub family: Option<String>,
+    /// The name of the chosen profile.
+    pub profile: String,
+    /// One line per fact used, e.g. `DMI sys_vendor = "Amazon EC2"`.
+    pub evidence: Vec<String>,
+}
+
+/// Detect with the built-in profiles.
+pub fn detect(machine: &Machine) -> Detection {
+    detect_with(machine, &Profiles::builtin())
+}
+
+/// What the node's hardware shows, summarised once.
+struct Hardware {
+    gpu_count: usize,
+    /// The most common GPU PCI id, when the source carries ids.
+    gpu_id: Option<(u16, u16)>,
+    gpu_ids: Vec<(u16, u16)>,
+    fabric_ids: Vec<(u16, u16)>,
+    fabric_kinds: Vec<NicKind>,
+    /// Fabric NICs per kind, with their ids ("32 EFA 1d0f:efa1").
+    by_kind: BTreeMap<NicKind, (usize, Vec<(u16, u16)>)>,
+    numa_nodes: usize,
+}
+
+fn ids_of(machine: &Machine, addr: crate::pci::PciAddr) -> Option<(u16, u16)> {
+    machine
+        .pci_device(addr)
+        .map(|d| (d.vendor, d.device))
+        .filter(|(v, _)| *v != 0 && *v != 0xffff)
+}
+
+impl Hardware {
+    fn of(machine: &Machine) -> Self {
+        let gpu_ids: Vec<(u16, u16)> = machine
+            .gpus
+            .iter()
+            .filter_map(|g| ids_of(machine, g.pci))
+            .collect();
+        let mut counts: BTreeMap<(u16, u16), usize> = BTreeMap::new();
+        for id in &gpu_ids {
+            *counts.entry(*id).or_default() += 1;
+        }
+        let gpu_id = counts.iter().max_by_key(|(_, n)| **n).map(|(id, _)| *id);
+        let mut by_kind: BTreeMap<NicKind, (usize, Vec<(u16, u16)>)> = BTreeMap::new();
+        let mut fabric_ids = Vec::new();
+        let mut fabric_kinds = Vec::new();
+        let mut seen_pci = Vec::new();
+        for nic in machine.fabric_nics() {
+            // A dual-port NIC may be listed once per port; count PCI functions.
+            if seen_pci.contains(&nic.pci) {
+                continue;
+            }
+            seen_pci.push(nic.pci);
+            let entry = by_kind.entry(nic.kind).or_default();
+            entry.0 += 1;
+            if let Some(id) = ids_of(machine, nic.pci) {
+                fabric_ids.push(id);
+                if !entry.1.contains(&id) {
+                    entry.1.push(id);
+                }
+            }
+            if !fabric_kinds.contains(&nic.kind) {
+                fabric_kinds.push(nic.kind);
+            }
+        }
+        Hardware {
+            gpu_count: machine.gpus.len(),
+            gpu_id,
+            gpu_ids,
+            fabric_ids,
+            fabric_kinds,
+            by_kind,
+            numa_nodes: machine.numa_nodes.len(),
+        }
+    }
+
+    fn gpu_device(&self) -> Option<u16> {
+        self.gpu_id
+            .filter(|(v, _)| *v == vendor::NVIDIA)
+            .map(|(_, d)| d)
+    }
+
+    fn count(&self, kind: NicKind) -> usize {
+        self.by_kind.get(&kind).map_or(0, |(n, _)| *n)
+    }
+
+    fn has_id(&self, vendor_id: u16, device: u16) -> bool {
+        self.fabric_ids.contains(&(vendor_id, device))
+    }
+
+    /// "8 GPUs 10de:2330 and 32 EFA 1d0f:efa1".
+    fn describe(&self) -> String {
+        let gpus = match self.gpu_id {
+            Some((v, d)) => format!("{} GPUs {v:04x}:{d:04x}", self.gpu_count),
+            None => format!("{} GPUs (PCI ids not given)", self.gpu_count),
+        };
+        let nics: Vec<String> = self
+            .by_kind
+            .iter()
+            .map(|(kind, (n, ids))| {
+                let ids: Vec<String> = ids
+                    .iter()
+                    .map(|(v, d)| format!("{v:04x}:{d:04x}"))
+                    .collect();
+                let ids = if ids.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {}", ids.join("/"))
+                };
+                format!("{n} {}{ids}", kind_label(*kind))
+            })
+            .collect();
+        if nics.is_empty() {
+            format!("{gpus} and no fabric NIC")
+        } else {
+            format!("{gpus} and {}", nics.join(" and "))
+        }
+    }
+}
+
+fn kind_label(kind: NicKind) -> &'static str {
+    match kind {
+        NicKind::Infiniband => "InfiniBand",
+        NicKind::Roce => "RoCE",
+        NicKind::Efa => "EFA",
+        NicKind::Gvnic => "gVNIC",
+        NicKind::Ethernet => "Ethernet",
+    }
+}
+
+fn trim(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+fn dmi_line(field: &str, value: &str) -> String {
+    format!("DMI {field} = {value:?}")
+}
+
+fn vendor_of(machine: &Machine, evidence: &mut Vec<String>) -> Vendor {
+    let d = &machine.dmi;
+    if let Some(v) = trim(&d.sys_vendor).filter(|v| *v == AWS_SYS_VENDOR) {
+        evidence.push(dmi_line("sys_vendor", v));
+        return Vendor::Aws;
+    }
+    if let Some(v) = trim(&d.chassis_asset_tag).filter(|v| *v == AZURE_ASSET_TAG) {
+        evidence.push(format!(
+            "{} (Azure's fixed asset tag)",
+            dmi_line("chassis_asset_tag", v)
+        ));
+        return Vendor::Azure;
+    }
+    if let Some(v) = trim(&d.product_name).filter(|v| *v == GCE_PRODUCT) {
+        evidence.push(dmi_line("product_name", v));
+        return Vendor::Gcp;
+    }
+    if let Some(v) = trim(&d.chassis_asset_tag).filter(|v| *v == OCI_ASSET_TAG) {
+        evidence.push(dmi_line("chassis_asset_tag", v));
+        return Vendor::Oci;
+    }
+    let shown: Vec<String> = [
+        ("sys_vendor", &d.sys_vendor),
+        ("product_name", &d.product_name),
+        ("chassis_asset_tag", &d.chassis_asset_tag),
+    ]
+    .iter()
+    .map(|(f, v)| format!("{f} = {:?}", trim(v).unwrap_or("")))
+    .collect();
+    evidence.push(format!(
+        "DMI {} matches no known cloud (AWS, Azure, Google, OCI)",
+        shown.join(", ")
+    ));
+    Vendor::Unknown
+}
+
+/// (instance, family) from the hardware, per vendor.
+fn infer(
+    vendor: Vendor,
+    machine: &Machine,
+    hw: &Hardware,
+    evidence: &mut Vec<String>,
+) -> (Option<String>, Option<String>) {
+    let s = |x: &str| Some(x.to_string());
+    let gpu = hw.gpu_device();
+    let describe = hw.describe();
+    let mut found = |instance: Option<String>, family: &str, note: &str| {
+        let what = instance.as_deref().map_or(format!("{family} family"), |i| {
+            format!("{i} ({family} family)")
+        });
+        evidence.push(format!("{describe} -> {what}{note}"));
+        (instance, Some(family.to_string()))
+    };
+    match vendor {
+        Vendor::Aws => {
+            let product = machine
+                .dmi
+                .product_name
+                .as_deref()
+                .map(str::trim)
+                .filter(|p| !p.is_empty());
+            if let Some(p) = product {
+                evidence.push(dmi_line("product_name", p));
+                let family = p.split('.').next().unwrap_or(p).to_string();
+                evidence.push(format!("{describe} on a {family} instance"));
+                return (s(p), Some(family));
+            }
+            let efa = hw.count(NicKind::Efa);
+            match (gpu, efa) {
+                (Some(gpu_id::A100_40G), 1..) => {
+                    found(s("p4d.24xlarge"), "p4d", " (DMI product_name missing)")
+                }
+                (Some(gpu_id::A100_80G), 1..) => {
+                    found(s("p4de.24xlarge"), "p4de", " (DMI product_name missing)")
+                }
+                (Some(gpu_id::H100_SXM), 1..) => {
+                    found(s("p5.48xlarge"), "p5", " (DMI product_name missing)")
+                }
+                (Some(gpu_id::H200_SXM), _) if hw.has_id(vendor::AMAZON, 0xefa2) || efa == 16 => {
+                    found(s("p5en.48xlarge"), "p5en", " (DMI product_name missing)")
+                }
+                (Some(gpu_id::H200_SXM), 1..) => {
+                    found(s("p5e.48xlarge"), "p5e", " (DMI product_name missing)")
+                }
+                _ => {
+                    evidence.push(format!(
+                        "{describe}: DMI product_name missing and no known AWS GPU instance fits"
+                    ));
+                    (None, None)
+                }
+            }
+        }
+        Vendor::Azure => {
+            let ib = hw.count(NicKind::Infiniband);
+            if ib == 0 {
+                evidence.push(format!(
+                    "{describe}: no InfiniBand NIC, not an ND InfiniBand VM"
+                ));
+                return (None, None);
+            }
+            match gpu {
+                Some(gpu_id::A100_40G) => found(s("Standard_ND96asr_v4"), "nda100v4", ""),
+                Some(gpu_id::A100_80G) => found(s("Standard_ND96amsr_A100_v4"), "nda100v4", ""),
+                Some(gpu_id::H100_SXM) => found(s("Standard_ND96isr_H100_v5"), "ndv5", ""),
+                Some(gpu_id::H200_SXM) => found(s("Standard_ND96isr_H200_v5"), "ndv5", ""),
+                // Vendor topology files carry class codes only; the NUMA layout still tells
+                // the two ND generations apart (A100 v4: 4 NUMA nodes, v5: 2).
+                None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 4 => found(
+                    None,
+                    "nda100v4",
+                    " (GPU model unknown; 4 NUMA nodes as on ND A100 v4)",
+                ),
+                None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 2 => found(
+                    None,
+                    "ndv5",
+                    " (GPU model unknown; 2 NUMA nodes as on ND H100 v5 / H200 v5)",
+                ),
+                _ => {
+                    evidence.push(format!("{describe}: no known Azure ND instance fits"));
+                    (None, None)
+                }
+            }
+        }
+        Vendor::Gcp => {
+            let gvnic = hw.count(NicKind::Gvnic);
+            let roce = hw.count(NicKind::Roce);
+            let h100 = matches!(gpu, Some(gpu_id::H100_SXM) | None);
+            match (gpu, gvnic, roce) {
+                (_, 4, 0) if h100 => found(
+                    s("a3-highgpu-8g"),
+                    "a3-high",
+                    " (4 GPU gVNICs: GPUDirect-TCPX)",
+                ),
+                (_, 8, 0) if h100 => found(
+                    s("a3-megagpu-8g"),
+                    "a3-mega",
+                    " (8 GPU gVNICs: GPUDirect-TCPXO)",
+                ),
+                (Some(gpu_id::H200_SXM), _, 1..) => found(
+                    s("a3-ultragpu-8g"),
+                    "a3-ultra",
+                    " (ConnectX RoCE: GPUDirect RDMA over gIB)",
+                ),
+                (Some(gpu_id::B200), _, 1..) => found(
+                    s("a4-highgpu-8g"),
+                    "a4",
+                    " (ConnectX RoCE: GPUDirect RDMA over gIB)",
+                ),
+                _ => {
+                    evidence.push(format!("{describe}: no known GCP A3/A4 instance fits"));
+                    (None, None)
+                }
+            }
+        }
+        Vendor::Oci => {
+            if hw.count(NicKind::Roce) + hw.count(NicKind::Infiniband) == 0 {
+                evidence.push(format!(
+                    "{describe}: no RDMA NIC, not an OCI GPU cluster shape"
+                ));
+                return (None, None);
+            }
+            match gpu {
+                Some(gpu_id::A100_40G) => found(s("BM.GPU4.8"), "oci-gpu4", ""),
+                Some(gpu_id::A100_80G) => found(
+                    s("BM.GPU.A100-v2.8"),
+                    "oci-a100-v2",
+                    " (BM.GPU.B4.8 has the same GPUs and NICs)",
+                ),
+                Some(gpu_id::H100_SXM) => found(s("BM.GPU.H100.8"), "oci-h100", ""),
+                Some(gpu_id::H200_SXM) => found(s("BM.GPU.H200.8"), "oci-h200", ""),
+                _ => {
+                    evidence.push(format!(
+                        "{describe}: GPU model unknown or not a known OCI bare-metal GPU shape"
+                    ));
+                    (None, None)
+                }
+            }
+        }
+        Vendor::Unknown => {
+            evidence.push(describe);
+            (None, None)
+        }
+    }
+}
+
+/// Detect with a given profile set (built-in plus the admin's).
+pub fn detect_with(machine: &Machine, profiles: &Profiles) -> Detection {
+    let mut evidence = Vec::new();
+    let vendor = vendor_of(machine, &mut evidence);
+    let hw = Hardware::of(machine);
+    let (instance, family) = infer(vendor, machine, &hw, &mut evidence);
+    let facts = MatchFacts {
+        vendor: vendor.as_str().to_string(),
+        family: family.clone(),
+        instance: instance.clone(),
+        gpu_ids: hw.gpu_ids.clone(),
+        fabric_nic_ids: hw.fabric_ids.clone(),
+        fabric_kinds: hw.fabric_kinds.clone(),
+    };
+    let profile = match profiles.select(&facts) {
+        Some(p) => {
+            let generic = p.rules.vendor.is_none()
+                || (p.rules.family.is_empty() && p.rules.instance.is_empty());
+            if generic {
+                let why = match (vendor, &family) {
+                    (Vendor::Unknown, _) => "the cloud is unknown".to_string(),
+                    (_, None) => format!("no {} instance family was recognised", vendor.as_str()),
+                    (_, Some(f)) => format!("no profile is written for the {f} family"),
+                };
+                let fabric = if hw.fabric_kinds.is_empty() {
+                    "no fabric NIC: NCCL uses sockets".to_string()
+                } else {
+                    let kinds: Vec<&str> = hw.fabric_kinds.iter().map(|k| kind_label(*k)).collect();
+                    format!("fabric NICs: {}", kinds.join(", "))
+                };
+                evidence.push(format!("profile {} (generic): {why}; {fabric}", p.name));
+            } else {
+                evidence.push(format!("profile {}: {}", p.name, p.description));
+            }
+            p.name.clone()
+        }
+        None => {
+            evidence.push(
+                "no profile matches, not even the generic ones; nothing is exported".to_string(),
+            );
+            String::new()
+        }
+    };
+    Detection {
+        vendor,
+        instance,
+        family,
+        profile,
+        evidence,
+    }
+}

@@ -1,0 +1,146 @@
+//! `gpu-affinity bench`: discovery and solver figures, printed, never asserted.
+//!
+//! Discovery: `read_machine` on a fixture tree of the default catalog machine (a p5-class
+//! node: 8 GPUs, 32 NICs, 192 CPUs) side by side with `HWLOC_FSROOT=DIR lstopo --of xml`
+//! on the same tree, alternating. Solver: one plan for 8 GPUs and for 64 GPUs.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use gpu_affinity::catalog;
+use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::model::{Machine, NumaNode};
+use gpu_affinity::solver::{self, Mode, StepRequest};
+use gpu_affinity::sources;
+use wait_timeout::ChildExt;
+
+use crate::CliError;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// Repetitions per measurement.
+    #[arg(long, default_value_t = 21)]
+    runs: usize,
+    /// Catalog machine to build the discovery tree from.
+    #[arg(long, default_value = catalog::DEFAULT_MACHINE)]
+    machine: String,
+}
+
+/// lstopo gets this long per run before the bench gives up on it.
+const LSTOPO_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn run(args: &Args) -> Result<(), CliError> {
+    let runs = args.runs.max(1);
+    let machine = catalog::machine(&args.machine)?;
+    let dir = tempfile::tempdir()?;
+    sources::fixture::write_fixture(&machine, dir.path())?;
+    println!(
+        "machine {}: {} GPUs, {} NICs, {} CPUs",
+        args.machine,
+        machine.gpus.len(),
+        machine.nics.len(),
+        machine.cpus().len()
+    );
+
+    let mut ours = Vec::with_capacity(runs);
+    let mut hwloc = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        sources::sysfs::read_machine(dir.path())?;
+        ours.push(start.elapsed());
+        hwloc.push(time_lstopo(dir.path())?);
+    }
+    let (ours, hwloc) = (median(&mut ours), median(&mut hwloc));
+    println!("discovery  gpu-affinity read_machine  median {:>10.3} ms", ms(ours));
+    println!("discovery  HWLOC_FSROOT lstopo --of xml median {:>10.3} ms", ms(hwloc));
+    println!("discovery  ratio lstopo / gpu-affinity   {:>10.1}x (goal >= 20x)", ms(hwloc) / ms(ours));
+
+    for copies in [1, 8] {
+        let big = replicate(&machine, copies);
+        let request = StepRequest {
+            gpus: big.gpus_in_slurm_order().iter().map(|g| g.pci).collect(),
+            cpus: big.cpus(),
+            tasks: big.gpus.len() as u32,
+            gpus_per_task: None,
+            mode: Mode::Strict,
+        };
+        let mut times: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                std::hint::black_box(solver::solve(&big, &request));
+                start.elapsed()
+            })
+            .collect();
+        println!("solver     {:>3} GPUs, {:>3} tasks         median {:>10.3} ms", big.gpus.len(), request.tasks, ms(median(&mut times)));
+    }
+    Ok(())
+}
+
+fn time_lstopo(root: &Path) -> Result<Duration, CliError> {
+    let start = Instant::now();
+    let mut child = Command::new("lstopo")
+        .args(["--of", "xml", "-"])
+        .env("HWLOC_FSROOT", root)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| CliError(format!("cannot run lstopo (install Debian package hwloc): {e}")))?;
+    match child.wait_timeout(LSTOPO_TIMEOUT)? {
+        Some(status) if status.success() => Ok(start.elapsed()),
+        Some(status) => Err(CliError(format!("lstopo failed on {}: {status}", root.display()))),
+        None => {
+            child.kill()?;
+            child.wait()?;
+            Err(CliError(format!("lstopo did not finish within {LSTOPO_TIMEOUT:?}")))
+        }
+    }
+}
+
+/// `copies` side-by-side copies of a machine, each in its own PCI domains, NUMA ids and
+/// CPU range: a stand-in for a 64-GPU node the catalog does not have.
+fn replicate(machine: &Machine, copies: u32) -> Machine {
+    let numa_span = machine.numa_nodes.iter().map(|n| n.id + 1).max().unwrap_or(1);
+    let cpu_span = machine.cpus().iter().max().map_or(1, |c| c + 1);
+    let domain_span = machine.pci.iter().map(|d| d.addr.domain + 1).max().unwrap_or(1);
+    let mut out = Machine { dmi: machine.dmi.clone(), ..Machine::default() };
+    for k in 0..copies {
+        let shift_cpus = |set: &CpuSet| set.iter().map(|c| c + k * cpu_span).collect::<CpuSet>();
+        let shift_addr = |mut a: gpu_affinity::pci::PciAddr| {
+            a.domain += k * domain_span;
+            a
+        };
+        out.numa_nodes.extend(
+            machine.numa_nodes.iter().map(|n| NumaNode { id: n.id + k * numa_span, cpus: shift_cpus(&n.cpus) }),
+        );
+        out.cores.extend(machine.cores.iter().map(shift_cpus));
+        out.pci.extend(machine.pci.iter().cloned().map(|mut d| {
+            d.addr = shift_addr(d.addr);
+            d.parent = d.parent.map(shift_addr);
+            d.root = d.root.map(|r| format!("{r}.{k}"));
+            d.numa_node = d.numa_node.map(|n| n + k * numa_span);
+            d
+        }));
+        out.gpus.extend(machine.gpus.iter().cloned().map(|mut g| {
+            g.pci = shift_addr(g.pci);
+            g.minor = g.minor.map(|m| m + k * machine.gpus.len() as u32);
+            g
+        }));
+        out.nics.extend(machine.nics.iter().cloned().map(|mut n| {
+            n.pci = shift_addr(n.pci);
+            n.rdma = n.rdma.map(|r| format!("{r}.{k}"));
+            n
+        }));
+    }
+    out
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}

@@ -1,0 +1,150 @@
+//! `gpu-affinity explain`: the per-rank plan for a step on a node, as a table or JSON.
+
+use std::process::ExitCode;
+
+use clap::{Args as ClapArgs, ValueEnum};
+use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::model::Machine;
+use gpu_affinity::pci::PciAddr;
+use gpu_affinity::solver::{self, Mode, Plan, StepRequest};
+
+use crate::CliError;
+use crate::machine_source::MachineArgs;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    source: MachineArgs,
+    /// The step's GPUs: Slurm GPU indexes (0,1,...) or PCI addresses; default all.
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    gpus: Vec<String>,
+    /// The step's CPUs as a Linux cpulist; default all.
+    #[arg(long, value_name = "LIST")]
+    cpus: Option<String>,
+    /// Local task count; default one per GPU.
+    #[arg(long, value_name = "N")]
+    tasks: Option<u32>,
+    /// GPUs per task; default the GPUs divided evenly among the tasks.
+    #[arg(long, value_name = "N")]
+    gpus_per_task: Option<u32>,
+    #[arg(long, value_enum, default_value_t = ModeArg::Strict)]
+    mode: ModeArg,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ModeArg {
+    Strict,
+    Prefer,
+}
+
+pub fn run(args: &Args) -> Result<ExitCode, CliError> {
+    let machine = args.source.load()?;
+    let request = step_request(&machine, args)?;
+    let plan = solver::solve(&machine, &request);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print!("{}", render_table(&plan));
+    }
+    for v in &plan.violations {
+        eprintln!("gpu-affinity: {}", v.message);
+    }
+    Ok(if plan.refused() { ExitCode::from(2) } else { ExitCode::SUCCESS })
+}
+
+fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError> {
+    let gpus = if args.gpus.is_empty() {
+        machine.gpus_in_slurm_order().iter().map(|g| g.pci).collect()
+    } else {
+        args.gpus.iter().map(|item| resolve_gpu(machine, item)).collect::<Result<Vec<_>, _>>()?
+    };
+    let cpus = match &args.cpus {
+        Some(list) => CpuSet::parse_list(list)?,
+        None => machine.cpus(),
+    };
+    let tasks = args.tasks.unwrap_or(gpus.len().max(1) as u32);
+    if tasks == 0 {
+        return Err(CliError("--tasks must be at least 1".into()));
+    }
+    let mode = match args.mode {
+        ModeArg::Strict => Mode::Strict,
+        ModeArg::Prefer => Mode::Prefer,
+    };
+    Ok(StepRequest { gpus, cpus, tasks, gpus_per_task: args.gpus_per_task, mode })
+}
+
+/// A GPU named by Slurm index or by PCI address.
+fn resolve_gpu(machine: &Machine, item: &str) -> Result<PciAddr, CliError> {
+    let item = item.trim();
+    let ordered = machine.gpus_in_slurm_order();
+    if let Ok(index) = item.parse::<usize>() {
+        return ordered.get(index).map(|g| g.pci).ok_or_else(|| {
+            CliError(format!("--gpus: GPU index {index} out of range (the machine has {} GPUs)", ordered.len()))
+        });
+    }
+    let addr: PciAddr = item
+        .parse()
+        .map_err(|_| CliError(format!("--gpus: {item:?} is neither a GPU index nor a PCI address")))?;
+    if ordered.iter().any(|g| g.pci == addr) {
+        Ok(addr)
+    } else {
+        Err(CliError(format!("--gpus: no GPU at {addr} on this machine")))
+    }
+}
+
+/// A table a user reads at a glance: one line per rank, reasons indented below it.
+fn render_table(plan: &Plan) -> String {
+    let header = ["RANK", "GPU", "NIC", "CPUS", "NUMA"];
+    let rows: Vec<[String; 5]> = plan
+        .ranks
+        .iter()
+        .map(|r| {
+            let join = |items: Vec<String>| if items.is_empty() { "-".to_string() } else { items.join(",") };
+            [
+                r.rank.to_string(),
+                join(r.gpus.iter().map(ToString::to_string).collect()),
+                join(r.nics.iter().map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string())).collect()),
+                if r.cpus.is_empty() { "-".to_string() } else { r.cpus.to_string() },
+                join(r.mems.iter().map(ToString::to_string).collect()),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: [&str; 5]| -> String {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    let mut out = line(header);
+    for (row, rank) in rows.iter().zip(&plan.ranks) {
+        out.push_str(&line([&row[0], &row[1], &row[2], &row[3], &row[4]]));
+        for reason in &rank.reasons {
+            out.push_str(&format!("      {reason}\n"));
+        }
+    }
+    let names: Vec<String> =
+        plan.fabric_nics.iter().map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string())).collect();
+    out.push_str(&format!(
+        "fabric NICs on this node: {}\n",
+        if names.is_empty() { "none".to_string() } else { names.join(",") }
+    ));
+    for w in &plan.warnings {
+        out.push_str(&format!("warning: {}\n", w.message));
+    }
+    out
+}
