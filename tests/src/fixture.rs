@@ -20,7 +20,7 @@ pub fn machines_dir() -> PathBuf {
 }
 
 /// The catalog machine the demo and benchmark use when none is named.
-pub const DEFAULT_MACHINE: &str = core_api::DEFAULT_MACHINE;
+pub const DEFAULT_MACHINE: &str = gpu_affinity::catalog::DEFAULT_MACHINE;
 
 /// A test machine: `tests/machines/NAME.toml`.
 pub fn test_machine(name: &str) -> Result<Machine> {
@@ -30,12 +30,12 @@ pub fn test_machine(name: &str) -> Result<Machine> {
 /// A machine description file in the catalog's format (may `extends` a catalog machine).
 pub fn machine_file(path: &Path) -> Result<Machine> {
     let text = std::fs::read_to_string(path).context(|| format!("read {}", path.display()))?;
-    core_api::parse(&text).context(|| format!("{}", path.display()))
+    gpu_affinity::catalog::parse(&text).context(|| format!("{}", path.display()))
 }
 
 /// A machine from the built-in catalog (`p5.48xlarge`, `BM.GPU.H100.8`, ...).
 pub fn catalog_machine(name: &str) -> Result<Machine> {
-    core_api::machine(name).context(|| format!("catalog machine {name}"))
+    gpu_affinity::catalog::machine(name).context(|| format!("catalog machine {name}"))
 }
 
 /// Write `machine` as a sysfs-shaped tree under `root` (sys/, proc/driver/nvidia, dev/).
@@ -99,18 +99,54 @@ pub fn online_numa_nodes() -> Result<CpuSet> {
         .map_err(|e| harness_err!("/sys/devices/system/node/online: {e}"))
 }
 
-// TEMPORARY until catalog and the fixture writer land on main.
+// TEMPORARY until the fixture writer lands on main.
 mod core_api {
     use gpu_affinity::model::Machine;
     use std::path::Path;
-    pub const DEFAULT_MACHINE: &str = "p5.48xlarge";
-    pub fn parse(_: &str) -> Result<Machine, String> {
-        Err("catalog not merged yet".into())
-    }
-    pub fn machine(_: &str) -> Result<Machine, String> {
-        Err("catalog not merged yet".into())
-    }
     pub fn write_fixture(_: &Machine, _: &Path) -> Result<(), String> {
         Err("fixture writer not merged yet".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_machines_fold_each_numa_node_onto_one_real_cpu() {
+        for name in ["nd-h100-v5-2cpu", "bm-gpu-h100-8-2cpu"] {
+            let m = test_machine(name).expect(name);
+            assert_eq!(m.gpus.len(), 8, "{name}");
+            let cpus: Vec<String> = m.numa_nodes.iter().map(|n| n.cpus.to_string()).collect();
+            assert_eq!(cpus, ["0", "1"], "{name}");
+            let minors: Vec<Option<u32>> =
+                m.gpus_in_slurm_order().iter().map(|g| g.minor).collect();
+            assert_eq!(minors, (0..8).map(Some).collect::<Vec<_>>(), "{name}");
+        }
+    }
+
+    #[test]
+    fn folding_a_catalog_machine_keeps_gpus_and_nics_and_moves_cpus() {
+        let p5 = catalog_machine(DEFAULT_MACHINE).expect("default machine");
+        let folded = fold_cpus(&p5, 2);
+        assert_eq!(folded.gpus, p5.gpus);
+        assert_eq!(folded.nics, p5.nics);
+        assert_eq!(folded.cpus().to_string(), "0-1");
+        for (a, b) in p5.numa_nodes.iter().zip(&folded.numa_nodes) {
+            assert_eq!(a.id, b.id);
+            assert_eq!(b.cpus.len(), 1);
+        }
+    }
+
+    #[test]
+    fn cutting_a_numa_nodes_nics_leaves_the_other_node_alone() {
+        let nd = test_machine("nd-h100-v5-2cpu").expect("nd");
+        let cut = without_nics_on_numa(&nd, 1);
+        assert!(
+            cut.fabric_nics()
+                .iter()
+                .all(|n| cut.numa_of(n.pci) == Some(0))
+        );
+        assert_eq!(cut.fabric_nics().len(), nd.fabric_nics().len() / 2);
     }
 }
