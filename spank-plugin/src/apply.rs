@@ -17,6 +17,13 @@ use crate::step::{StepPlan, join};
 /// The advice every strict refusal ends with.
 pub const ADVICE: &str = "use --gpu-affinity=prefer or drain this node";
 
+/// A prefer-mode warning: Slurm's info level does not reach srun from a task hook, so
+/// the line also goes to the task's own stderr, where the user reads their output.
+pub fn warn_user(os: &dyn Os, line: &str) {
+    log::warn!("{line}");
+    os.task_stderr(line);
+}
+
 /// Which task is being set up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Task {
@@ -67,11 +74,11 @@ pub fn apply_rank(
     // The plan's warnings are step-wide news: say them once, from the node's first task.
     if task.local == 0 {
         for w in &plan.warnings {
-            log::warn!(
-                "gpu-affinity: warning: rank {}: {}",
-                w.rank.map_or(task.global, |r| r),
-                w.message
-            );
+            let line = match w.rank {
+                Some(r) => format!("gpu-affinity: warning: local rank {r}: {}", w.message),
+                None => format!("gpu-affinity: warning: {}", w.message),
+            };
+            warn_user(os, &line);
         }
     }
     let Some(rank) = plan.ranks.iter().find(|r| r.rank == task.local) else {
@@ -79,9 +86,12 @@ pub fn apply_rank(
         if strict {
             return Err(refusal(task, &problem));
         }
-        log::warn!(
-            "gpu-affinity: warning: rank {}: {problem}; left unbound",
-            task.global
+        warn_user(
+            os,
+            &format!(
+                "gpu-affinity: warning: rank {}: {problem}; left unbound",
+                task.global
+            ),
         );
         return Ok(Applied {
             cpus: os.cpu_affinity().unwrap_or_default(),
@@ -97,7 +107,10 @@ pub fn apply_rank(
         return Err(refusal(task, p));
     }
     for p in &problems {
-        log::warn!("gpu-affinity: warning: rank {}: {p}", task.global);
+        warn_user(
+            os,
+            &format!("gpu-affinity: warning: rank {}: {p}", task.global),
+        );
     }
 
     let env = rank_env(step, rank, &cpus, &mems);
@@ -248,7 +261,13 @@ pub fn rank_env(
     );
     set("GPU_AFFINITY_CPUS", cpus.to_string());
     set("GPU_AFFINITY_MEMS", list(mems));
-    env.extend(fabric_env::rank_env(&step.machine, &step.plan, rank));
+    let index = step
+        .plan
+        .ranks
+        .iter()
+        .position(|r| r.rank == rank.rank)
+        .unwrap_or(usize::MAX);
+    env.extend(fabric_env::rank_env(step.fabric.as_ref(), index));
     env
 }
 

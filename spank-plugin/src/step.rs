@@ -51,6 +51,8 @@ pub struct StepPlan {
     pub step_id: u32,
     /// The job owner, for the slurmd log.
     pub uid: Option<u32>,
+    /// The vendor fabric environment for the step (node-wide and per rank).
+    pub fabric: Option<gpu_affinity::fabric::Env>,
 }
 
 impl StepPlan {
@@ -187,7 +189,11 @@ pub struct StepFacts {
 
 /// Solve the step. Problems that stop planning become `Refused` (strict) or
 /// `Unplanned` (prefer).
-pub fn plan_step(machine: Machine, facts: StepFacts) -> StepOutcome {
+pub fn plan_step(
+    machine: Machine,
+    facts: StepFacts,
+    existing_env: &dyn Fn(&str) -> Option<String>,
+) -> StepOutcome {
     let Some(mode) = facts.resolved.choice.solver_mode() else {
         return StepOutcome::Off;
     };
@@ -216,6 +222,7 @@ pub fn plan_step(machine: Machine, facts: StepFacts) -> StepOutcome {
         mode,
     };
     let plan = solver::solve(&machine, &request);
+    let fabric = crate::fabric_env::step_env(&machine, &plan, existing_env);
     let cuda_ids = gpus.into_iter().zip(facts.gpus.cuda).collect();
     StepOutcome::Planned(Box::new(StepPlan {
         resolved: facts.resolved,
@@ -226,6 +233,7 @@ pub fn plan_step(machine: Machine, facts: StepFacts) -> StepOutcome {
         job_id: facts.job_id,
         step_id: facts.step_id,
         uid: facts.uid,
+        fabric,
     }))
 }
 

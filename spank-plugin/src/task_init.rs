@@ -29,7 +29,7 @@ pub fn task_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Fa
         StepOutcome::Refused { reason } => Err(refusal(task()?, reason)),
         StepOutcome::Unplanned { warning } => {
             if task()?.local == 0 {
-                log::warn!("{warning}");
+                apply::warn_user(os, warning);
             }
             Ok(())
         }

@@ -147,6 +147,7 @@ fn step_plan(choice: Choice, live: bool, cuda: [&str; 2]) -> StepPlan {
         job_id: 42,
         step_id: 0,
         uid: Some(1000),
+        fabric: None,
     }
 }
 

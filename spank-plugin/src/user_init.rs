@@ -79,5 +79,5 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         step_id,
         uid: host.job_uid().ok(),
     };
-    step::plan_step(machine, facts)
+    step::plan_step(machine, facts, &|name| host.getenv(name).ok().flatten())
 }
