@@ -53,9 +53,18 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         hwloc.push(time_lstopo(dir.path())?);
     }
     let (ours, hwloc) = (median(&mut ours), median(&mut hwloc));
-    println!("discovery  gpu-affinity read_machine  median {:>10.3} ms", ms(ours));
-    println!("discovery  HWLOC_FSROOT lstopo --of xml median {:>10.3} ms", ms(hwloc));
-    println!("discovery  ratio lstopo / gpu-affinity   {:>10.1}x (goal >= 20x)", ms(hwloc) / ms(ours));
+    println!(
+        "discovery  gpu-affinity read_machine  median {:>10.3} ms",
+        ms(ours)
+    );
+    println!(
+        "discovery  HWLOC_FSROOT lstopo --of xml median {:>10.3} ms",
+        ms(hwloc)
+    );
+    println!(
+        "discovery  ratio lstopo / gpu-affinity   {:>10.1}x (goal >= 20x)",
+        ms(hwloc) / ms(ours)
+    );
 
     for copies in [1, 8] {
         let big = replicate(&machine, copies);
@@ -73,7 +82,12 @@ pub fn run(args: &Args) -> Result<(), CliError> {
                 start.elapsed()
             })
             .collect();
-        println!("solver     {:>3} GPUs, {:>3} tasks         median {:>10.3} ms", big.gpus.len(), request.tasks, ms(median(&mut times)));
+        println!(
+            "solver     {:>3} GPUs, {:>3} tasks         median {:>10.3} ms",
+            big.gpus.len(),
+            request.tasks,
+            ms(median(&mut times))
+        );
     }
     Ok(())
 }
@@ -86,14 +100,23 @@ fn time_lstopo(root: &Path) -> Result<Duration, CliError> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| CliError(format!("cannot run lstopo (install Debian package hwloc): {e}")))?;
+        .map_err(|e| {
+            CliError(format!(
+                "cannot run lstopo (install Debian package hwloc): {e}"
+            ))
+        })?;
     match child.wait_timeout(LSTOPO_TIMEOUT)? {
         Some(status) if status.success() => Ok(start.elapsed()),
-        Some(status) => Err(CliError(format!("lstopo failed on {}: {status}", root.display()))),
+        Some(status) => Err(CliError(format!(
+            "lstopo failed on {}: {status}",
+            root.display()
+        ))),
         None => {
             child.kill()?;
             child.wait()?;
-            Err(CliError(format!("lstopo did not finish within {LSTOPO_TIMEOUT:?}")))
+            Err(CliError(format!(
+                "lstopo did not finish within {LSTOPO_TIMEOUT:?}"
+            )))
         }
     }
 }
@@ -101,19 +124,34 @@ fn time_lstopo(root: &Path) -> Result<Duration, CliError> {
 /// `copies` side-by-side copies of a machine, each in its own PCI domains, NUMA ids and
 /// CPU range: a stand-in for a 64-GPU node the catalog does not have.
 fn replicate(machine: &Machine, copies: u32) -> Machine {
-    let numa_span = machine.numa_nodes.iter().map(|n| n.id + 1).max().unwrap_or(1);
+    let numa_span = machine
+        .numa_nodes
+        .iter()
+        .map(|n| n.id + 1)
+        .max()
+        .unwrap_or(1);
     let cpu_span = machine.cpus().iter().max().map_or(1, |c| c + 1);
-    let domain_span = machine.pci.iter().map(|d| d.addr.domain + 1).max().unwrap_or(1);
-    let mut out = Machine { dmi: machine.dmi.clone(), ..Machine::default() };
+    let domain_span = machine
+        .pci
+        .iter()
+        .map(|d| d.addr.domain + 1)
+        .max()
+        .unwrap_or(1);
+    let mut out = Machine {
+        dmi: machine.dmi.clone(),
+        ..Machine::default()
+    };
     for k in 0..copies {
         let shift_cpus = |set: &CpuSet| set.iter().map(|c| c + k * cpu_span).collect::<CpuSet>();
         let shift_addr = |mut a: gpu_affinity::pci::PciAddr| {
             a.domain += k * domain_span;
             a
         };
-        out.numa_nodes.extend(
-            machine.numa_nodes.iter().map(|n| NumaNode { id: n.id + k * numa_span, cpus: shift_cpus(&n.cpus) }),
-        );
+        out.numa_nodes
+            .extend(machine.numa_nodes.iter().map(|n| NumaNode {
+                id: n.id + k * numa_span,
+                cpus: shift_cpus(&n.cpus),
+            }));
         out.cores.extend(machine.cores.iter().map(shift_cpus));
         out.pci.extend(machine.pci.iter().cloned().map(|mut d| {
             d.addr = shift_addr(d.addr);

@@ -4,12 +4,13 @@ use std::process::ExitCode;
 
 use clap::{Args as ClapArgs, ValueEnum};
 use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::fabric::{self, StepFabric, StepInputs, profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{self, Mode, Plan, StepRequest};
 
-use crate::CliError;
 use crate::machine_source::MachineArgs;
+use crate::{CliError, emit};
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
@@ -32,6 +33,26 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Directory of admin profiles that extend or replace the built-in ones.
+    #[arg(long, value_name = "DIR", default_value = profiles::DEFAULT_PROFILE_DIR)]
+    profiles_dir: std::path::PathBuf,
+}
+
+/// Where the plugin writes a generated NCCL topology file (inside the step's temp dir).
+const GENERATED_TOPOLOGY: &str = "<step tmpdir>/gpu-affinity-nccl-topo.xml";
+
+/// explain's JSON: the plan's fields plus the fabric.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    #[serde(flatten)]
+    plan: &'a Plan,
+    vendor: fabric::Vendor,
+    instance: Option<&'a str>,
+    profile: &'a str,
+    evidence: &'a [String],
+    env: &'a fabric::Env,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    topology: Option<&'a fabric::topo::TopoDecision>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -44,22 +65,64 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let machine = args.source.load()?;
     let request = step_request(&machine, args)?;
     let plan = solver::solve(&machine, &request);
+    let fabric = fabric_for(&machine, &plan, args)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        let report = Report {
+            plan: &plan,
+            vendor: fabric.detection.vendor,
+            instance: fabric.detection.instance.as_deref(),
+            profile: &fabric.detection.profile,
+            evidence: &fabric.detection.evidence,
+            env: &fabric.env,
+            topology: fabric.topology.as_ref(),
+        };
+        emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
     } else {
-        print!("{}", render_table(&plan));
+        emit(&(render_table(&plan) + &render_fabric(&fabric)))?;
     }
     for v in &plan.violations {
         eprintln!("gpu-affinity: {}", v.message);
     }
-    Ok(if plan.refused() { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    Ok(if plan.refused() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The fabric environment, seen from this process: a variable set here counts as the
+/// user's own, as it would in the job.
+fn fabric_for(machine: &Machine, plan: &Plan, args: &Args) -> Result<StepFabric, CliError> {
+    let mut files = profiles::embedded();
+    if args.profiles_dir.is_dir() {
+        files.extend(profiles::read_profile_dir(&args.profiles_dir)?);
+    }
+    let profiles = profiles::load(&files)?;
+    let existing = |key: &str| std::env::var(key).ok();
+    let vendor_topology =
+        |path: &str| gpu_affinity::sources::read_topology_file(std::path::Path::new(path)).ok();
+    let inputs = StepInputs {
+        profiles: &profiles,
+        existing: &existing,
+        forced: &[],
+        vendor_topology: &vendor_topology,
+        generated_topology_path: GENERATED_TOPOLOGY,
+    };
+    Ok(fabric::step_fabric(machine, plan, &inputs))
 }
 
 fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError> {
     let gpus = if args.gpus.is_empty() {
-        machine.gpus_in_slurm_order().iter().map(|g| g.pci).collect()
+        machine
+            .gpus_in_slurm_order()
+            .iter()
+            .map(|g| g.pci)
+            .collect()
     } else {
-        args.gpus.iter().map(|item| resolve_gpu(machine, item)).collect::<Result<Vec<_>, _>>()?
+        args.gpus
+            .iter()
+            .map(|item| resolve_gpu(machine, item))
+            .collect::<Result<Vec<_>, _>>()?
     };
     let cpus = match &args.cpus {
         Some(list) => CpuSet::parse_list(list)?,
@@ -73,7 +136,13 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
         ModeArg::Strict => Mode::Strict,
         ModeArg::Prefer => Mode::Prefer,
     };
-    Ok(StepRequest { gpus, cpus, tasks, gpus_per_task: args.gpus_per_task, mode })
+    Ok(StepRequest {
+        gpus,
+        cpus,
+        tasks,
+        gpus_per_task: args.gpus_per_task,
+        mode,
+    })
 }
 
 /// A GPU named by Slurm index or by PCI address.
@@ -82,16 +151,23 @@ fn resolve_gpu(machine: &Machine, item: &str) -> Result<PciAddr, CliError> {
     let ordered = machine.gpus_in_slurm_order();
     if let Ok(index) = item.parse::<usize>() {
         return ordered.get(index).map(|g| g.pci).ok_or_else(|| {
-            CliError(format!("--gpus: GPU index {index} out of range (the machine has {} GPUs)", ordered.len()))
+            CliError(format!(
+                "--gpus: GPU index {index} out of range (the machine has {} GPUs)",
+                ordered.len()
+            ))
         });
     }
-    let addr: PciAddr = item
-        .parse()
-        .map_err(|_| CliError(format!("--gpus: {item:?} is neither a GPU index nor a PCI address")))?;
+    let addr: PciAddr = item.parse().map_err(|_| {
+        CliError(format!(
+            "--gpus: {item:?} is neither a GPU index nor a PCI address"
+        ))
+    })?;
     if ordered.iter().any(|g| g.pci == addr) {
         Ok(addr)
     } else {
-        Err(CliError(format!("--gpus: no GPU at {addr} on this machine")))
+        Err(CliError(format!(
+            "--gpus: no GPU at {addr} on this machine"
+        )))
     }
 }
 
@@ -102,12 +178,27 @@ fn render_table(plan: &Plan) -> String {
         .ranks
         .iter()
         .map(|r| {
-            let join = |items: Vec<String>| if items.is_empty() { "-".to_string() } else { items.join(",") };
+            let join = |items: Vec<String>| {
+                if items.is_empty() {
+                    "-".to_string()
+                } else {
+                    items.join(",")
+                }
+            };
             [
                 r.rank.to_string(),
                 join(r.gpus.iter().map(ToString::to_string).collect()),
-                join(r.nics.iter().map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string())).collect()),
-                if r.cpus.is_empty() { "-".to_string() } else { r.cpus.to_string() },
+                join(
+                    r.nics
+                        .iter()
+                        .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
+                        .collect(),
+                ),
+                if r.cpus.is_empty() {
+                    "-".to_string()
+                } else {
+                    r.cpus.to_string()
+                },
                 join(r.mems.iter().map(ToString::to_string).collect()),
             ]
         })
@@ -137,14 +228,57 @@ fn render_table(plan: &Plan) -> String {
             out.push_str(&format!("      {reason}\n"));
         }
     }
-    let names: Vec<String> =
-        plan.fabric_nics.iter().map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string())).collect();
+    let names: Vec<String> = plan
+        .fabric_nics
+        .iter()
+        .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
+        .collect();
     out.push_str(&format!(
         "fabric NICs on this node: {}\n",
-        if names.is_empty() { "none".to_string() } else { names.join(",") }
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join(",")
+        }
     ));
     for w in &plan.warnings {
         out.push_str(&format!("warning: {}\n", w.message));
+    }
+    out
+}
+
+/// Detection with its evidence, then the environment split into node-wide and per-rank.
+fn render_fabric(fabric: &StepFabric) -> String {
+    let d = &fabric.detection;
+    let mut out = format!(
+        "vendor {} instance {} profile {}\n",
+        d.vendor.as_str(),
+        d.instance.as_deref().unwrap_or("unknown"),
+        d.profile
+    );
+    for line in &d.evidence {
+        out.push_str(&format!("      {line}\n"));
+    }
+    let describe = |v: &fabric::EnvValue| match &v.origin {
+        fabric::Origin::UserSet => " (user-set, kept)".to_string(),
+        fabric::Origin::Generated { reason } => format!(" (generated: {reason})"),
+        fabric::Origin::Profile { .. } => String::new(),
+    };
+    out.push_str("node-wide environment:\n");
+    for (key, value) in &fabric.env.node {
+        out.push_str(&format!("  {key}={}{}\n", value.value, describe(value)));
+    }
+    for (rank, vars) in fabric.env.ranks.iter().enumerate() {
+        if vars.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("rank {rank} environment:\n"));
+        for (key, value) in vars {
+            out.push_str(&format!("  {key}={}{}\n", value.value, describe(value)));
+        }
+    }
+    for note in &fabric.env.notes {
+        out.push_str(&format!("note: {note}\n"));
     }
     out
 }

@@ -12,7 +12,12 @@ use crate::CliError;
 #[derive(ClapArgs, Debug)]
 pub struct Args {
     /// A machine of the embedded catalog.
-    #[arg(long, value_name = "NAME", conflicts_with = "from", required_unless_present = "from")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        conflicts_with = "from",
+        required_unless_present = "from"
+    )]
     machine: Option<String>,
     /// An NCCL topology XML or hwloc v2 XML file.
     #[arg(long, value_name = "FILE.xml")]
@@ -45,7 +50,10 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     };
     merge_dmi(&mut machine.dmi, overrides);
     if args.out.exists() && std::fs::read_dir(&args.out)?.next().is_some() {
-        return Err(CliError(format!("{}: directory is not empty", args.out.display())));
+        return Err(CliError(format!(
+            "{}: directory is not empty",
+            args.out.display()
+        )));
     }
     sources::fixture::write_fixture(&machine, &args.out)?;
     Ok(())

@@ -41,7 +41,14 @@ impl MachineArgs {
 
 pub fn print_catalog() {
     for entry in catalog::entries() {
-        let marker = if entry.name == catalog::DEFAULT_MACHINE { " (default)" } else { "" };
-        println!("{:<28} {:<6} {}{marker}", entry.name, entry.vendor, entry.description);
+        let marker = if entry.name == catalog::DEFAULT_MACHINE {
+            " (default)"
+        } else {
+            ""
+        };
+        println!(
+            "{:<28} {:<6} {}{marker}",
+            entry.name, entry.vendor, entry.description
+        );
     }
 }

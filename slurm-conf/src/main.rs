@@ -1,1 +1,76 @@
-fn main() {}
+//! `gpu-affinity`: the admin command of the gpu-affinity suite.
+//!
+//! Subcommands: `explain` (what the plugin will do on a node), `fixture` (write a fake
+//! sysfs tree for a machine), `machines` (the embedded catalog), `bench` (discovery and
+//! solver figures). Exit status: 0 success, 1 bad input, 2 strict violations.
+
+mod bench;
+mod explain;
+mod fixture;
+mod machine_source;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "gpu-affinity",
+    version,
+    about = "GPU, NIC and NUMA placement for Slurm GPU nodes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the per-rank binding the plugin would apply on a node, and why.
+    Explain(explain::Args),
+    /// Write a fake sysfs/procfs tree describing a machine (for tests and demos).
+    Fixture(fixture::Args),
+    /// List the machines of the embedded catalog.
+    Machines,
+    /// Print discovery and solver timings (a benchmark, not a test).
+    Bench(bench::Args),
+}
+
+/// A failure the user can act on: printed as one line, exit status 1.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::fmt::Display> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+/// Write to stdout; a closed pipe (`gpu-affinity explain | head`) is not an error.
+pub fn emit(text: &str) -> Result<(), CliError> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Explain(args) => explain::run(&args),
+        Command::Fixture(args) => fixture::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Machines => {
+            machine_source::print_catalog();
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
+    };
+    match result {
+        Ok(code) => code,
+        Err(CliError(message)) => {
+            eprintln!("gpu-affinity: {message}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -148,14 +148,14 @@ fn check_ranks(machine: &Machine, json: &Value, path: &Path) {
                 .parse()
                 .expect("canonical PCI address");
             assert_eq!(pci.to_string(), gpu.as_str().unwrap_or_default());
-            if let Some(numa) = machine.numa_of(pci).and_then(|n| machine.numa_node(n)) {
-                if !numa.cpus.is_empty() {
-                    assert!(
-                        cpus.is_subset(&numa.cpus),
-                        "{}: rank {rank} CPUs outside the GPU's NUMA node",
-                        path.display()
-                    );
-                }
+            if let Some(numa) = machine.numa_of(pci).and_then(|n| machine.numa_node(n))
+                && !numa.cpus.is_empty()
+            {
+                assert!(
+                    cpus.is_subset(&numa.cpus),
+                    "{}: rank {rank} CPUs outside the GPU's NUMA node",
+                    path.display()
+                );
             }
         }
         for nic in rank["nics"].as_array().expect("nics") {

@@ -17,9 +17,11 @@
 mod detect;
 pub mod profiles;
 mod render;
+mod step;
 pub mod template;
 pub mod topo;
 pub mod topo_xml;
 
 pub use detect::{Detection, Vendor, detect, detect_with};
 pub use render::{Env, EnvValue, Origin, render_env};
+pub use step::{StepFabric, StepInputs, step_fabric};

@@ -1,0 +1,76 @@
+//! One call for the front ends: detection, profile, environment and the NCCL topology
+//! file decision for a step, so the plugin and `explain` cannot drift apart.
+
+use serde::Serialize;
+
+use super::profiles::Profiles;
+use super::topo::{self, TopoDecision};
+use super::{Detection, Env, detect_with, render_env, topo_xml};
+use crate::model::Machine;
+use crate::solver::Plan;
+
+/// What the front end provides besides the machine and the plan.
+pub struct StepInputs<'a> {
+    /// Built-in profiles plus the admin's (front ends load /etc/gpu-affinity/profiles.d).
+    pub profiles: &'a Profiles,
+    /// The task's environment as it stands: a variable already set there is the user's.
+    pub existing: &'a dyn Fn(&str) -> Option<String>,
+    /// Keys the admin config marks `force`.
+    pub forced: &'a [String],
+    /// Parse the vendor NCCL topology file at a path; `None` when absent or unreadable.
+    pub vendor_topology: &'a dyn Fn(&str) -> Option<Machine>,
+    /// Where the front end will write a generated topology file if one is needed.
+    pub generated_topology_path: &'a str,
+}
+
+/// The fabric part of a step: what was detected and what to export.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepFabric {
+    pub detection: Detection,
+    pub env: Env,
+    /// The topology decision, when the profile names a vendor topology file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopoDecision>,
+    /// NCCL topology XML to write at `generated_topology_path` (when the env points there).
+    #[serde(skip)]
+    pub generated_topology: Option<String>,
+}
+
+/// Detect the vendor, render the profile's environment for `plan`, and settle
+/// NCCL_TOPO_FILE.
+pub fn step_fabric(machine: &Machine, plan: &Plan, inputs: &StepInputs<'_>) -> StepFabric {
+    let detection = detect_with(machine, inputs.profiles);
+    let Some(profile) = inputs.profiles.get(&detection.profile) else {
+        // detect_with only names profiles from the set it was given.
+        return StepFabric {
+            detection,
+            env: Env::default(),
+            topology: None,
+            generated_topology: None,
+        };
+    };
+    let mut env = render_env(profile, machine, plan, inputs.existing, inputs.forced);
+    let topology = profile.topology_file().map(|path| {
+        let vendor = (inputs.vendor_topology)(path);
+        topo::decide(path, vendor.as_ref(), machine)
+    });
+    if let Some(decision) = &topology {
+        env.apply_topology(
+            decision,
+            inputs.generated_topology_path,
+            inputs.existing,
+            inputs.forced,
+        );
+    }
+    let generated_topology = env
+        .node
+        .get("NCCL_TOPO_FILE")
+        .filter(|v| v.to_export() && v.value == inputs.generated_topology_path)
+        .map(|_| topo_xml::render(machine));
+    StepFabric {
+        detection,
+        env,
+        topology,
+        generated_topology,
+    }
+}

@@ -1,0 +1,418 @@
+//! The live sysfs/procfs source: discover a [`Machine`] under a filesystem root.
+//!
+//! Reads only what placement needs, never a walk of all of /sys:
+//! - `/sys/bus/pci/devices/*`: the link (root complex and bridge chain) and `class` of
+//!   every function; `vendor`, `device`, `numa_node` and the link attributes only for
+//!   GPUs, NICs and the bridges above them;
+//! - `/sys/class/infiniband/*` (device link, `ports/*/{state,rate,link_layer}`) and
+//!   `/sys/class/net/*` (device link) to find the NICs;
+//! - `/sys/devices/system/node/node*/cpulist`, `/sys/devices/system/cpu/cpu*/topology/
+//!   thread_siblings_list` (one read per core, not per thread);
+//! - `/sys/class/dmi/id/{sys_vendor,product_name,chassis_asset_tag,board_vendor}`;
+//! - `/proc/driver/nvidia/gpus/*/information` (model and device minor).
+//!
+//! Missing files are unknowns (`None`, empty lists); a value that is there but malformed
+//! is an error naming the file. Parsing lives in [`parse`], reading in [`reader`].
+
+pub mod parse;
+pub mod reader;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+
+use crate::cpuset::{CpuSet, CpuSetError};
+use crate::model::{
+    Dmi, Gpu, Machine, ModelError, Nic, NumaNode, PciDevice, PciLink, RdmaPort, class,
+    classify_nic, vendor,
+};
+use crate::pci::PciAddr;
+
+pub use parse::ParseError;
+pub use reader::{FsReader, MAX_FILE_BYTES, RootDir};
+
+/// Why discovery failed. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SysfsError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is larger than {limit} bytes")]
+    TooLarge { path: PathBuf, limit: u64 },
+    #[error("{path}: {source}")]
+    Malformed { path: PathBuf, source: ParseError },
+    #[error("{path}: {source}")]
+    BadCpuList { path: PathBuf, source: CpuSetError },
+    #[error("{path}: link {target:?} does not lead to PCI function {name}")]
+    BadLink {
+        path: PathBuf,
+        target: String,
+        name: String,
+    },
+    #[error("the PCI tree under {root} does not fit together: {source}")]
+    Model { root: PathBuf, source: ModelError },
+}
+
+/// Discover the machine under `root` (`/` for the live node, or a fixture tree).
+pub fn read_machine(root: &Path) -> Result<Machine, SysfsError> {
+    read_machine_from(&RootDir::new(root))
+}
+
+/// Discover the machine through any [`FsReader`].
+pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsError> {
+    let d = Discovery { fs };
+    let mut machine = Machine {
+        dmi: d.dmi()?,
+        numa_nodes: d.numa_nodes()?,
+        cores: d.cores()?,
+        ..Machine::default()
+    };
+    let paths = d.pci_paths()?;
+    let mut classes: HashMap<PciAddr, u32> = HashMap::new();
+    let mut gpus = Vec::new();
+    for addr in paths.keys() {
+        let cls = d.pci_class(*addr)?;
+        classes.insert(*addr, cls);
+        if class::is_gpu(cls) && d.pci_vendor(*addr)? == vendor::NVIDIA {
+            gpus.push(*addr);
+        }
+    }
+    let info = d.nvidia_info()?;
+    machine.gpus = gpus
+        .iter()
+        .map(|addr| {
+            let i = info.get(addr).cloned().unwrap_or_default();
+            Gpu {
+                pci: *addr,
+                minor: i.minor,
+                model: i.model,
+            }
+        })
+        .collect();
+
+    let rdma = d.rdma_devices()?;
+    let netdevs = d.netdevs()?;
+    // Per network function: its RDMA devices and netdevs, each in name order.
+    let mut functions: BTreeMap<PciAddr, FunctionNames> = BTreeMap::new();
+    let is_nic = |addr: &PciAddr| classes.get(addr).is_some_and(|c| class::is_network(*c));
+    for (name, addr, ports) in rdma {
+        if is_nic(&addr) {
+            functions.entry(addr).or_default().0.push((name, ports));
+        }
+    }
+    for (name, addr) in netdevs {
+        if is_nic(&addr) {
+            functions.entry(addr).or_default().1.push(name);
+        }
+    }
+
+    let mut wanted: BTreeSet<PciAddr> = gpus.iter().copied().collect();
+    wanted.extend(functions.keys().copied());
+    let mut pci_ids: HashMap<PciAddr, (u16, u16)> = HashMap::new();
+    let mut kept = BTreeSet::new();
+    for addr in &wanted {
+        if let Some(path) = paths.get(addr) {
+            kept.extend(path.chain.iter().copied());
+        }
+    }
+    for addr in &kept {
+        let Some(path) = paths.get(addr) else {
+            continue;
+        };
+        let ids = (d.pci_vendor(*addr)?, d.pci_device(*addr)?);
+        pci_ids.insert(*addr, ids);
+        let position = path.chain.len() - 1;
+        machine.pci.push(PciDevice {
+            addr: *addr,
+            parent: position.checked_sub(1).map(|i| path.chain[i]),
+            root: Some(path.root.clone()),
+            vendor: ids.0,
+            device: ids.1,
+            class: classes.get(addr).copied().unwrap_or(0),
+            numa_node: d.pci_numa_node(*addr)?,
+            link: d.pci_link(*addr)?,
+        });
+    }
+
+    for (addr, (mut rdmas, mut nets)) in functions {
+        rdmas.sort_by(|a, b| name_order(&a.0, &b.0));
+        nets.sort_by(|a, b| name_order(a, b));
+        let (vendor_id, device_id) = pci_ids.get(&addr).copied().unwrap_or((0, 0));
+        if rdmas.is_empty() {
+            machine.nics.push(Nic {
+                pci: addr,
+                kind: classify_nic(vendor_id, device_id, false, None),
+                rdma: None,
+                netdev: nets.first().cloned(),
+                ports: Vec::new(),
+            });
+        }
+        for (i, (name, ports)) in rdmas.into_iter().enumerate() {
+            let link_layer = ports.first().and_then(|p| p.link_layer.as_deref());
+            machine.nics.push(Nic {
+                pci: addr,
+                kind: classify_nic(vendor_id, device_id, true, link_layer),
+                rdma: Some(name),
+                netdev: nets.get(i).cloned(),
+                ports,
+            });
+        }
+    }
+    machine.normalize();
+    machine.validate().map_err(|source| SysfsError::Model {
+        root: fs.display(""),
+        source,
+    })?;
+    Ok(machine)
+}
+
+/// The RDMA devices (with their ports) and netdevs found on one PCI function.
+type FunctionNames = (Vec<(String, Vec<RdmaPort>)>, Vec<String>);
+
+/// How device names pair up on one PCI function: shorter names first ("ib0" before
+/// "ib0.8001", "mlx5_2" before "mlx5_10"), then alphabetical. The fixture writer and
+/// `realized()` use the same order.
+pub fn name_order(a: &str, b: &str) -> std::cmp::Ordering {
+    (a.len(), a).cmp(&(b.len(), b))
+}
+
+struct Discovery<'a, R: FsReader + ?Sized> {
+    fs: &'a R,
+}
+
+impl<R: FsReader + ?Sized> Discovery<'_, R> {
+    fn read(&self, path: &str) -> Result<Option<Vec<u8>>, SysfsError> {
+        self.fs.read(path, MAX_FILE_BYTES)
+    }
+
+    /// Read and parse one file; `None` when it is missing.
+    fn parsed<T>(
+        &self,
+        path: &str,
+        parse: impl Fn(&[u8]) -> Result<T, ParseError>,
+    ) -> Result<Option<T>, SysfsError> {
+        match self.read(path)? {
+            None => Ok(None),
+            Some(bytes) => parse(&bytes)
+                .map(Some)
+                .map_err(|source| SysfsError::Malformed {
+                    path: self.fs.display(path),
+                    source,
+                }),
+        }
+    }
+
+    fn text(&self, path: &str) -> Result<Option<String>, SysfsError> {
+        Ok(self.read(path)?.and_then(|b| parse::optional_text(&b)))
+    }
+
+    fn cpulist(&self, path: &str) -> Result<Option<CpuSet>, SysfsError> {
+        match self.read(path)? {
+            None => Ok(None),
+            Some(bytes) => CpuSet::parse_list(&parse::text(&bytes))
+                .map(Some)
+                .map_err(|source| SysfsError::BadCpuList {
+                    path: self.fs.display(path),
+                    source,
+                }),
+        }
+    }
+
+    fn dmi(&self) -> Result<Dmi, SysfsError> {
+        let field = |name: &str| self.text(&format!("sys/class/dmi/id/{name}"));
+        Ok(Dmi {
+            sys_vendor: field("sys_vendor")?,
+            product_name: field("product_name")?,
+            chassis_asset_tag: field("chassis_asset_tag")?,
+            board_vendor: field("board_vendor")?,
+        })
+    }
+
+    fn numa_nodes(&self) -> Result<Vec<NumaNode>, SysfsError> {
+        const DIR: &str = "sys/devices/system/node";
+        let mut nodes = Vec::new();
+        for name in self.fs.list(DIR)? {
+            let Some(id) = parse::numbered(&name, "node") else {
+                continue;
+            };
+            let cpus = self
+                .cpulist(&format!("{DIR}/{name}/cpulist"))?
+                .unwrap_or_default();
+            nodes.push(NumaNode { id, cpus });
+        }
+        Ok(nodes)
+    }
+
+    /// Physical cores from thread_siblings_list, reading one thread per core: a thread
+    /// already seen as a sibling needs no read of its own.
+    fn cores(&self) -> Result<Vec<CpuSet>, SysfsError> {
+        const DIR: &str = "sys/devices/system/cpu";
+        let mut cpus: Vec<u32> = self
+            .fs
+            .list(DIR)?
+            .iter()
+            .filter_map(|n| parse::numbered(n, "cpu"))
+            .collect();
+        cpus.sort_unstable();
+        let mut seen = CpuSet::new();
+        let mut cores = Vec::new();
+        for cpu in cpus {
+            if seen.contains(cpu) {
+                continue;
+            }
+            let path = format!("{DIR}/cpu{cpu}/topology/thread_siblings_list");
+            // No topology directory: an offline CPU, which no task can use.
+            let Some(mut siblings) = self.cpulist(&path)? else {
+                continue;
+            };
+            siblings.insert(cpu);
+            seen = seen.union(&siblings);
+            cores.push(siblings);
+        }
+        Ok(cores)
+    }
+
+    /// Every PCI function and where it sits, from the /sys/bus/pci/devices links.
+    fn pci_paths(&self) -> Result<BTreeMap<PciAddr, parse::DevicePath>, SysfsError> {
+        const DIR: &str = "sys/bus/pci/devices";
+        let mut out = BTreeMap::new();
+        for name in self.fs.list(DIR)? {
+            let Ok(addr) = name.parse::<PciAddr>() else {
+                continue;
+            };
+            let path = format!("{DIR}/{name}");
+            let Some(target) = self.fs.read_link(&path)? else {
+                continue;
+            };
+            let bad = || SysfsError::BadLink {
+                path: self.fs.display(&path),
+                target: target.clone(),
+                name: name.clone(),
+            };
+            let located = parse::device_path(&target).ok_or_else(bad)?;
+            if located.chain.last() != Some(&addr) {
+                return Err(bad());
+            }
+            out.insert(addr, located);
+        }
+        Ok(out)
+    }
+
+    fn pci_attr(addr: PciAddr, attr: &str) -> String {
+        format!("sys/bus/pci/devices/{addr}/{attr}")
+    }
+
+    fn pci_class(&self, addr: PciAddr) -> Result<u32, SysfsError> {
+        Ok(self
+            .parsed(&Self::pci_attr(addr, "class"), parse::pci_class)?
+            .unwrap_or(0))
+    }
+
+    fn pci_vendor(&self, addr: PciAddr) -> Result<u16, SysfsError> {
+        Ok(self
+            .parsed(&Self::pci_attr(addr, "vendor"), parse::pci_id)?
+            .unwrap_or(0))
+    }
+
+    fn pci_device(&self, addr: PciAddr) -> Result<u16, SysfsError> {
+        Ok(self
+            .parsed(&Self::pci_attr(addr, "device"), parse::pci_id)?
+            .unwrap_or(0))
+    }
+
+    fn pci_numa_node(&self, addr: PciAddr) -> Result<Option<u32>, SysfsError> {
+        Ok(self
+            .parsed(&Self::pci_attr(addr, "numa_node"), parse::numa_node)?
+            .flatten())
+    }
+
+    fn pci_link(&self, addr: PciAddr) -> Result<PciLink, SysfsError> {
+        let width = |attr| {
+            Ok::<_, SysfsError>(
+                self.parsed(&Self::pci_attr(addr, attr), parse::link_width)?
+                    .flatten(),
+            )
+        };
+        Ok(PciLink {
+            current_speed: self.text(&Self::pci_attr(addr, "current_link_speed"))?,
+            current_width: width("current_link_width")?,
+            max_speed: self.text(&Self::pci_attr(addr, "max_link_speed"))?,
+            max_width: width("max_link_width")?,
+        })
+    }
+
+    /// The PCI function a class entry (/sys/class/net/eth0) belongs to: the last PCI
+    /// function on its own link (which also covers virtio netdevs, whose `device` is the
+    /// virtio device), else its `device` link.
+    fn class_device(&self, entry: &str) -> Result<Option<PciAddr>, SysfsError> {
+        if let Some(path) = self
+            .fs
+            .read_link(entry)?
+            .as_deref()
+            .and_then(parse::device_path)
+        {
+            return Ok(path.chain.last().copied());
+        }
+        let device = self.fs.read_link(&format!("{entry}/device"))?;
+        Ok(device
+            .as_deref()
+            .and_then(|t| t.rsplit('/').next())
+            .and_then(|last| last.parse().ok()))
+    }
+
+    fn rdma_devices(&self) -> Result<Vec<(String, PciAddr, Vec<RdmaPort>)>, SysfsError> {
+        const DIR: &str = "sys/class/infiniband";
+        let mut out = Vec::new();
+        for name in self.fs.list(DIR)? {
+            let entry = format!("{DIR}/{name}");
+            let Some(addr) = self.class_device(&entry)? else {
+                continue;
+            };
+            let mut ports = Vec::new();
+            for port in self.fs.list(&format!("{entry}/ports"))? {
+                let Some(number) = parse::numbered(&port, "") else {
+                    continue;
+                };
+                let attr = |a: &str| self.text(&format!("{entry}/ports/{port}/{a}"));
+                ports.push(RdmaPort {
+                    number,
+                    state: attr("state")?,
+                    rate: attr("rate")?,
+                    link_layer: attr("link_layer")?,
+                });
+            }
+            ports.sort_by_key(|p| p.number);
+            out.push((name, addr, ports));
+        }
+        Ok(out)
+    }
+
+    fn netdevs(&self) -> Result<Vec<(String, PciAddr)>, SysfsError> {
+        const DIR: &str = "sys/class/net";
+        let mut out = Vec::new();
+        for name in self.fs.list(DIR)? {
+            if let Some(addr) = self.class_device(&format!("{DIR}/{name}"))? {
+                out.push((name, addr));
+            }
+        }
+        Ok(out)
+    }
+
+    fn nvidia_info(&self) -> Result<HashMap<PciAddr, parse::NvidiaInfo>, SysfsError> {
+        const DIR: &str = "proc/driver/nvidia/gpus";
+        let mut out = HashMap::new();
+        for name in self.fs.list(DIR)? {
+            let Ok(addr) = name.parse::<PciAddr>() else {
+                continue;
+            };
+            if let Some(info) = self.parsed(
+                &format!("{DIR}/{name}/information"),
+                parse::nvidia_information,
+            )? {
+                out.insert(addr, info);
+            }
+        }
+        Ok(out)
+    }
+}

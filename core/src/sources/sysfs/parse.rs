@@ -1,0 +1,239 @@
+//! Pure parsers over the bytes the sysfs/procfs reader returns. No I/O here.
+
+use crate::pci::PciAddr;
+
+/// What a value should have looked like; the caller adds the file it came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad value {value:?}: expected {expected}")]
+pub struct ParseError {
+    pub value: String,
+    pub expected: &'static str,
+}
+
+fn bad(text: &str, expected: &'static str) -> ParseError {
+    ParseError {
+        value: text.to_string(),
+        expected,
+    }
+}
+
+/// The attribute's text without the kernel's trailing newline; invalid UTF-8 is replaced
+/// so an odd byte still shows in an error message.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_string()
+}
+
+/// Free text (DMI strings, link speeds, port state): trimmed, empty = unknown.
+pub fn optional_text(bytes: &[u8]) -> Option<String> {
+    Some(text(bytes)).filter(|t| !t.is_empty())
+}
+
+fn hex(text: &str, expected: &'static str) -> Result<u32, ParseError> {
+    let digits = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .unwrap_or(text);
+    if digits.is_empty() || digits.len() > 8 {
+        return Err(bad(text, expected));
+    }
+    u32::from_str_radix(digits, 16).map_err(|_| bad(text, expected))
+}
+
+/// A PCI `vendor` / `device` attribute: "0x10de".
+pub fn pci_id(bytes: &[u8]) -> Result<u16, ParseError> {
+    let t = text(bytes);
+    const EXPECTED: &str = "a 16-bit hex id such as 0x10de";
+    let v = hex(&t, EXPECTED)?;
+    u16::try_from(v).map_err(|_| bad(&t, EXPECTED))
+}
+
+/// A PCI `class` attribute: "0x030200" (24 bits).
+pub fn pci_class(bytes: &[u8]) -> Result<u32, ParseError> {
+    let t = text(bytes);
+    const EXPECTED: &str = "a 24-bit hex class such as 0x030200";
+    let v = hex(&t, EXPECTED)?;
+    if v > 0xff_ffff {
+        return Err(bad(&t, EXPECTED));
+    }
+    Ok(v)
+}
+
+/// A `numa_node` attribute: a node id, or -1 when the platform does not say (VMs).
+pub fn numa_node(bytes: &[u8]) -> Result<Option<u32>, ParseError> {
+    let t = text(bytes);
+    if t == "-1" {
+        return Ok(None);
+    }
+    t.parse()
+        .map(Some)
+        .map_err(|_| bad(&t, "a NUMA node id or -1"))
+}
+
+/// A `current_link_width` / `max_link_width` attribute: lanes as a decimal number.
+pub fn link_width(bytes: &[u8]) -> Result<Option<u8>, ParseError> {
+    let t = text(bytes);
+    if t.is_empty() {
+        return Ok(None);
+    }
+    t.parse()
+        .map(Some)
+        .map_err(|_| bad(&t, "a link width in lanes, e.g. 16"))
+}
+
+/// A host bridge (root complex) directory name, "pci0000:10" or "pci10000:e0"
+/// (VMD and Hyper-V domains are wider than four digits).
+pub fn root_name(name: &str) -> Option<(u32, u8)> {
+    let rest = name.strip_prefix("pci")?;
+    let (domain, bus) = rest.split_once(':')?;
+    if domain.len() < 4 || domain.len() > 8 || bus.len() != 2 {
+        return None;
+    }
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let bus = u8::from_str_radix(bus, 16).ok()?;
+    Some((domain, bus))
+}
+
+/// Where a device sits, from its resolved /sys/devices path: the root complex and the PCI
+/// functions from the root bus down to the device itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DevicePath {
+    /// "pci0000:10"
+    pub root: String,
+    /// Root-bus function first, the device itself last (never empty).
+    pub chain: Vec<PciAddr>,
+}
+
+/// Parse a link such as `../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0` (or
+/// `.../pci0000:00/0000:00:03.0/virtio2/net/eth0`): the last root complex on the path,
+/// then the run of PCI functions below it. The text is parsed, not resolved, so it works
+/// the same under any root directory. `None` when the path holds no PCI function
+/// (virtual devices such as `lo`).
+pub fn device_path(link: &str) -> Option<DevicePath> {
+    let mut root: Option<&str> = None;
+    let mut chain = Vec::new();
+    let mut ended = false;
+    for part in link.split('/') {
+        if root_name(part).is_some() {
+            // A nested host bridge (VMD, Hyper-V vPCI) starts a new hierarchy.
+            root = Some(part);
+            chain.clear();
+            ended = false;
+        } else if root.is_some() && !ended {
+            match part.parse::<PciAddr>() {
+                // Only the full dddd:bb:dd.f form names a PCI function in sysfs.
+                Ok(addr) if part.matches(':').count() == 2 => chain.push(addr),
+                _ => ended = !chain.is_empty(),
+            }
+        }
+    }
+    let root = root?;
+    (!chain.is_empty()).then(|| DevicePath {
+        root: root.to_string(),
+        chain,
+    })
+}
+
+/// The facts in /proc/driver/nvidia/gpus/ADDR/information.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NvidiaInfo {
+    pub model: Option<String>,
+    pub minor: Option<u32>,
+}
+
+/// Parse the NVIDIA driver's `information` file ("Model: \t\t NVIDIA H100 80GB HBM3",
+/// "Device Minor: \t 0"). Missing lines are unknown; a non-numeric minor is an error.
+pub fn nvidia_information(bytes: &[u8]) -> Result<NvidiaInfo, ParseError> {
+    let content = String::from_utf8_lossy(bytes);
+    let mut info = NvidiaInfo::default();
+    for line in content.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        match key.trim() {
+            "Model" => info.model = Some(value.to_string()).filter(|v| !v.is_empty()),
+            "Device Minor" => {
+                info.minor = Some(
+                    value
+                        .parse()
+                        .map_err(|_| bad(value, "a device minor number, e.g. 0"))?,
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(info)
+}
+
+/// The number in a directory name such as "node1" or "cpu17"; `None` for other names
+/// ("cpufreq", "possible").
+pub fn numbered(name: &str, prefix: &str) -> Option<u32> {
+    let digits = name.strip_prefix(prefix)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes() {
+        assert_eq!(pci_id(b"0x10de\n"), Ok(0x10de));
+        assert!(pci_id(b"0x110de\n").is_err());
+        assert!(pci_id(b"").is_err());
+        assert_eq!(pci_class(b"0x030200\n"), Ok(0x030200));
+        assert!(pci_class(b"0x1030200").is_err());
+        assert_eq!(numa_node(b"-1\n"), Ok(None));
+        assert_eq!(numa_node(b"1\n"), Ok(Some(1)));
+        assert!(numa_node(b"abc\n").is_err());
+        assert!(numa_node(b"-2\n").is_err());
+        assert_eq!(link_width(b"16\n"), Ok(Some(16)));
+        assert!(link_width(b"x16").is_err());
+        assert_eq!(optional_text(b"  \n"), None);
+        assert_eq!(
+            optional_text(b"32.0 GT/s PCIe\n").as_deref(),
+            Some("32.0 GT/s PCIe")
+        );
+    }
+
+    #[test]
+    fn device_paths() {
+        let p = device_path("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0").expect("pci");
+        assert_eq!(p.root, "pci0000:00");
+        assert_eq!(p.chain.len(), 2);
+        assert_eq!(p.chain[1].to_string(), "0000:01:00.0");
+        let virtio =
+            device_path("../../devices/pci0000:00/0000:00:03.0/virtio2/net/eth0").expect("virtio");
+        assert_eq!(virtio.chain, vec!["0000:00:03.0".parse().expect("addr")]);
+        assert_eq!(device_path("../../devices/virtual/net/lo"), None);
+        let hyperv = device_path(
+            "../../devices/LNXSYSTM:00/LNXSYBUS:00/VMBUS:00/abc-def/pci0001:00/0001:00:00.0/infiniband/mlx5_0",
+        )
+        .expect("hyper-v");
+        assert_eq!(hyperv.root, "pci0001:00");
+        let vmd = device_path(
+            "/sys/devices/pci0000:00/0000:00:0e.0/pci10000:e0/10000:e0:01.0/10000:e1:00.0",
+        )
+        .expect("vmd");
+        assert_eq!(vmd.root, "pci10000:e0");
+        assert_eq!(vmd.chain.len(), 2);
+    }
+
+    #[test]
+    fn nvidia() {
+        let info = nvidia_information(
+            b"Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 17\nBus Location: \t 0000:53:00.0\nDevice Minor: \t 3\n",
+        )
+        .expect("valid");
+        assert_eq!(info.model.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        assert_eq!(info.minor, Some(3));
+        assert!(nvidia_information(b"Device Minor: \t x\n").is_err());
+        assert_eq!(
+            nvidia_information(b"").expect("empty"),
+            NvidiaInfo::default()
+        );
+    }
+}
