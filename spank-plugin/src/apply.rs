@@ -35,6 +35,8 @@ pub struct Task {
 
 /// The strict refusal line: `gpu-affinity: rank 3: <what is wrong>; use ...`.
 pub fn refusal(task: Task, problem: &str) -> Failure {
+    // The solver names ranks by their local index; the line names the global rank.
+    let problem = strip_rank(problem);
     if problem.contains("--gpu-affinity") {
         Failure(format!("gpu-affinity: rank {}: {problem}", task.global))
     } else {
@@ -43,6 +45,15 @@ pub fn refusal(task: Task, problem: &str) -> Failure {
             task.global
         ))
     }
+}
+
+/// "rank 3: GPU ..." -> "GPU ...".
+fn strip_rank(message: &str) -> &str {
+    message
+        .strip_prefix("rank ")
+        .and_then(|rest| rest.split_once(": "))
+        .filter(|(n, _)| n.chars().all(|c| c.is_ascii_digit()))
+        .map_or(message, |(_, text)| text)
 }
 
 /// What was applied, for the env and the verbose line.
@@ -75,8 +86,11 @@ pub fn apply_rank(
     if task.local == 0 {
         for w in &plan.warnings {
             let line = match w.rank {
-                Some(r) => format!("gpu-affinity: warning: local rank {r}: {}", w.message),
-                None => format!("gpu-affinity: warning: {}", w.message),
+                Some(r) => format!(
+                    "gpu-affinity: warning: local rank {r}: {}",
+                    strip_rank(&w.message)
+                ),
+                None => format!("gpu-affinity: warning: {}", strip_rank(&w.message)),
             };
             warn_user(os, &line);
         }

@@ -29,9 +29,35 @@ impl From<String> for Failure {
 /// The value SPANK hooks and option callbacks return on failure.
 pub const HOOK_ERROR: c_int = -1;
 
+thread_local! {
+    /// Where the last panic on this thread happened, for the guard's log line.
+    static PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Replace the default panic output (a message and backtrace on the user's stderr) with
+/// a note of the location; the guard logs one line with it. There is no other Rust code
+/// in srun or slurmstepd whose panics this could hide.
+/// Tests keep the default hook so a failing assertion still prints its message.
+#[cfg(test)]
+fn quiet_panics() {}
+
+#[cfg(not(test))]
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()));
+            PANIC_AT.with(|p| *p.borrow_mut() = at);
+        }));
+    });
+}
+
 /// Run one hook body; `Ok` -> 0, `Err` -> its line logged and -1, panic -> logged and -1.
 pub fn run(hook: &str, body: impl FnOnce() -> Result<(), Failure>) -> c_int {
     crate::logger::install();
+    quiet_panics();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => 0,
         Ok(Err(failure)) => {
@@ -39,8 +65,12 @@ pub fn run(hook: &str, body: impl FnOnce() -> Result<(), Failure>) -> c_int {
             HOOK_ERROR
         }
         Err(payload) => {
+            let at = PANIC_AT
+                .with(|p| p.borrow_mut().take())
+                .map(|a| format!(" at {a}"))
+                .unwrap_or_default();
             log::error!(
-                "gpu-affinity: internal error in {hook}: {}; failing this hook instead of crashing",
+                "gpu-affinity: internal error in {hook}: {}{at}; failing this hook instead of crashing",
                 panic_text(payload.as_ref())
             );
             HOOK_ERROR

@@ -693,6 +693,34 @@ fn strict_violation_fails_only_the_rank_it_names_with_one_line() {
 }
 
 #[test]
+fn the_solvers_local_rank_prefix_becomes_the_global_rank() {
+    let mut step = step_plan(Choice::Strict, false, ["2", "3"]);
+    step.plan.violations.push(Violation {
+        rank: Some(0),
+        kind: ViolationKind::NoLocalCpu,
+        message: "rank 0: GPU 0003:00:00.0 is on NUMA node 1 but the step has no CPU there; \
+                  request CPUs on NUMA node 1 or use --gpu-affinity=prefer"
+            .into(),
+    });
+    let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    let err = apply_rank(
+        &step,
+        Task {
+            local: 0,
+            global: 8,
+        },
+        &gpu_host(&[]).task(0, 8),
+        &os,
+    )
+    .expect_err("refused");
+    assert_eq!(
+        err.0,
+        "gpu-affinity: rank 8: GPU 0003:00:00.0 is on NUMA node 1 but the step has no CPU there; \
+         request CPUs on NUMA node 1 or use --gpu-affinity=prefer"
+    );
+}
+
+#[test]
 fn prefer_warns_about_plan_warnings_once_per_step() {
     let mut step = step_plan(Choice::Prefer, false, ["2", "3"]);
     step.plan.warnings.push(Violation {
