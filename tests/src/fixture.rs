@@ -40,7 +40,7 @@ pub fn catalog_machine(name: &str) -> Result<Machine> {
 
 /// Write `machine` as a sysfs-shaped tree under `root` (sys/, proc/driver/nvidia, dev/).
 pub fn write_sysfs(machine: &Machine, root: &Path) -> Result<()> {
-    core_api::write_fixture(machine, root).context(|| {
+    gpu_affinity::sources::fixture::write_fixture(machine, root).context(|| {
         format!(
             "write the sysfs fixture for the test node to {}",
             root.display()
@@ -97,15 +97,6 @@ pub fn online_numa_nodes() -> Result<CpuSet> {
         .context(|| "read /sys/devices/system/node/online".to_owned())?;
     CpuSet::parse_list(text.trim())
         .map_err(|e| harness_err!("/sys/devices/system/node/online: {e}"))
-}
-
-// TEMPORARY until the fixture writer lands on main.
-mod core_api {
-    use gpu_affinity::model::Machine;
-    use std::path::Path;
-    pub fn write_fixture(_: &Machine, _: &Path) -> Result<(), String> {
-        Err("fixture writer not merged yet".into())
-    }
 }
 
 #[cfg(test)]

@@ -20,8 +20,10 @@ pub const ND_H100_V5: &str = "nd-h100-v5-2cpu";
 /// OCI BM.GPU.H100.8 (two RoCE ports per GPU behind its PCIe switch), folded the same way.
 pub const BM_GPU_H100_8: &str = "bm-gpu-h100-8-2cpu";
 
+/// A test machine as the plugin will read it back from its sysfs fixture.
 pub fn machine(name: &str) -> Machine {
-    fixture::test_machine(name).unwrap_or_else(|e| panic!("test machine {name}: {e}"))
+    let m = fixture::test_machine(name).unwrap_or_else(|e| panic!("test machine {name}: {e}"));
+    gpu_affinity::sources::fixture::realized(&m)
 }
 
 /// A cluster whose node is `machine`, with the plugin loaded; `None` when skipped.
