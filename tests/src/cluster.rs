@@ -204,6 +204,8 @@ impl Cluster {
         set_mode(&probe, 0o755)?;
 
         let node = short_hostname()?;
+        // SlurmdSpoolDir is `spool/%n`; slurmd logs an error when it has to create it.
+        mkdir(&path.join("spool").join(&node), 0o755)?;
         let mut cluster = Cluster {
             programs,
             dir: Some(dir),
