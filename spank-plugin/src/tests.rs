@@ -857,3 +857,120 @@ fn test_panic_panics_in_the_named_remote_hook_and_the_guard_contains_it() {
     });
     assert_eq!(rc, 0);
 }
+
+// ---- end to end over real machine descriptions ---------------------------------------
+
+/// A catalog machine written as a sysfs tree, read back by the core's sysfs reader, an
+/// 8-task strict step planned in user_init and applied in every task_init.
+fn full_node_step(name: &str) {
+    let catalog = gpu_affinity::catalog::machine(name).expect("catalog machine");
+    let dir = tempfile::tempdir().expect("tempdir");
+    gpu_affinity::sources::fixture::write_fixture(&catalog, dir.path()).expect("fixture");
+    let machine = crate::topology::read_machine(dir.path()).expect("sysfs reader");
+    let gpu_count = machine.gpus.len();
+    assert_eq!(gpu_count, 8, "{name}");
+
+    let root = format!("sysfs_root={}", dir.path().display());
+    let plugin = remote_plugin(&[root.as_str()]);
+    options::on_option(&plugin, Some("strict"), true).expect("strict");
+    let ids: Vec<String> = (0..gpu_count).map(|i| i.to_string()).collect();
+    let ids = ids.join(",");
+    let mut host = gpu_host(&[("SLURM_STEP_GPUS", &ids), ("CUDA_VISIBLE_DEVICES", &ids)]);
+    host.local_tasks = gpu_count as u32;
+    let units = if machine.cores.is_empty() {
+        machine.cpus().len()
+    } else {
+        machine.cores.len()
+    };
+    host.alloc_cores = Some(format!("0-{}", units - 1));
+    let numa: Vec<u32> = machine.numa_nodes.iter().map(|n| n.id).collect();
+    let os = FakeOs::new(Ok(machine.clone()), &machine.cpus().to_string(), &numa);
+
+    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    assert_eq!(
+        os.reads.borrow().len(),
+        1,
+        "the topology is read once per step"
+    );
+    match plugin.step() {
+        Some(StepOutcome::Planned(p)) => assert!(
+            p.plan.violations.is_empty(),
+            "{name}: {:?}",
+            p.plan.violations
+        ),
+        other => panic!("{name}: {other:?}"),
+    }
+    let mut seen_gpus = Vec::new();
+    for local in 0..gpu_count as u32 {
+        let t = host.task(local, 100 + local);
+        dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
+        let gpu: PciAddr = t
+            .var("GPU_AFFINITY_GPUS")
+            .expect("gpus")
+            .parse()
+            .expect("one GPU");
+        assert!(!seen_gpus.contains(&gpu), "{name}: GPU {gpu} given twice");
+        seen_gpus.push(gpu);
+        let minor = machine
+            .gpus
+            .iter()
+            .find(|g| g.pci == gpu)
+            .and_then(|g| g.minor)
+            .expect("minor");
+        assert_eq!(
+            t.var("CUDA_VISIBLE_DEVICES"),
+            Some(minor.to_string()),
+            "{name}"
+        );
+        let node = machine.numa_of(gpu).expect("GPU NUMA node");
+        assert_eq!(
+            t.var("GPU_AFFINITY_MEMS"),
+            Some(node.to_string()),
+            "{name} {gpu}"
+        );
+        assert_eq!(*os.policy.borrow(), (MemPolicy::Bind, vec![node]));
+        let applied = cpus(&t.var("GPU_AFFINITY_CPUS").expect("cpus"));
+        let node_cpus = &machine.numa_node(node).expect("node").cpus;
+        assert!(
+            !applied.is_empty() && applied.is_subset(node_cpus),
+            "{name} {gpu}: {applied} vs {node_cpus}"
+        );
+        assert_eq!(*os.affinity.borrow(), applied);
+        let nics = t.var("GPU_AFFINITY_NICS").expect("nics");
+        assert!(!nics.is_empty(), "{name}: {gpu} has no NIC");
+        for nic_name in nics.split(',') {
+            let nic = machine
+                .nics
+                .iter()
+                .find(|n| n.name() == Some(nic_name))
+                .expect("NIC in model");
+            assert_eq!(
+                machine.numa_of(nic.pci),
+                Some(node),
+                "{name}: {nic_name} is not near {gpu}"
+            );
+        }
+        let ports: usize = nics
+            .split(',')
+            .filter_map(|n| machine.nics.iter().find(|x| x.name() == Some(n)))
+            .map(|n| n.ports.len().max(1))
+            .sum();
+        // The vendor profile's NCCL environment rides along (issue 4's fabric module).
+        assert!(
+            t.env.borrow().keys().any(|k| k.starts_with("NCCL_")),
+            "{name}: no NCCL_* exported"
+        );
+        let ucx = t.var("UCX_NET_DEVICES").expect("ucx");
+        assert_eq!(ucx.split(',').count(), ports, "{name}: {ucx}");
+    }
+}
+
+#[test]
+fn azure_nd_h100_v5_full_node_binds_every_rank_near_its_gpu() {
+    full_node_step("standard_nd96isr_h100_v5");
+}
+
+#[test]
+fn oci_bm_gpu_h100_8_full_node_binds_every_rank_near_its_gpu() {
+    full_node_step("bm.gpu.h100.8");
+}
