@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{ND_H100_V5, check_rank, gpu_by_minor, machine, start};
+use common::{ND_H100_V5, check_rank_on, machine, start};
 use gpu_affinity::model::Machine;
 use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, TaskPlugin};
 
@@ -82,24 +82,7 @@ fn check_second_half(m: &Machine, cluster: &Cluster, local_ids: bool) {
                 "CUDA_VISIBLE_DEVICES={cuda} is not a global id of the step: {out}"
             );
         }
-        let gpu = gpu_by_minor(m, minor);
-        assert_eq!(
-            t.env("GPU_AFFINITY_GPUS"),
-            Some(gpu.to_string().as_str()),
-            "{out}"
-        );
-        if local_ids {
-            // check_rank reads CUDA_VISIBLE_DEVICES as a minor; here it is local, so
-            // check the NUMA binding directly.
-            let cpus = m
-                .numa_node(1)
-                .map(|n| n.cpus.to_string())
-                .unwrap_or_default();
-            assert_eq!(t.cpus, cpus, "{out}");
-            assert_eq!(t.env("GPU_AFFINITY_MEMS"), Some("1"), "{out}");
-        } else {
-            check_rank(m, t, "strict", 1, &out);
-        }
+        check_rank_on(m, t, "strict", 1, &out, minor);
         seen.push(minor);
     }
     seen.sort_unstable();

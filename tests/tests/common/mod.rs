@@ -91,8 +91,8 @@ fn set(text: &str, what: &str, ctx: &str) -> CpuSet {
 }
 
 /// Check one rank, bound to the single GPU Slurm's CUDA_VISIBLE_DEVICES (as rewritten by
-/// the plugin) names: GPU, NUMA node, CPU mask applied, memory policy, NICs, UCX, mode.
-/// Returns the rank's GPU and NICs for cross-rank checks.
+/// the plugin) names as a global id: GPU, NUMA node, CPU mask applied, memory policy,
+/// NICs, UCX, mode. Returns the rank's GPU and NICs for cross-rank checks.
 pub fn check_rank(
     machine: &Machine,
     t: &TaskReport,
@@ -100,18 +100,32 @@ pub fn check_rank(
     nics_per_gpu: usize,
     out: &StepOutput,
 ) -> (PciAddr, Vec<PciAddr>) {
+    // The one index left in CUDA_VISIBLE_DEVICES is a /dev/nvidiaN minor (the harness
+    // lists nvidia0..7 in gres.conf, so Slurm's global index is the minor).
+    let cuda = t
+        .env("CUDA_VISIBLE_DEVICES")
+        .unwrap_or_else(|| panic!("rank {}: no CUDA_VISIBLE_DEVICES: {out}", t.rank));
+    let minor: u32 = cuda.parse().unwrap_or_else(|_| {
+        panic!(
+            "rank {}: CUDA_VISIBLE_DEVICES={cuda:?} is not one GPU: {out}",
+            t.rank
+        )
+    });
+    check_rank_on(machine, t, mode, nics_per_gpu, out, minor)
+}
+
+/// [`check_rank`] for a rank whose GPU is the one with /dev/nvidiaN minor `minor`.
+pub fn check_rank_on(
+    machine: &Machine,
+    t: &TaskReport,
+    mode: &str,
+    nics_per_gpu: usize,
+    out: &StepOutput,
+    minor: u32,
+) -> (PciAddr, Vec<PciAddr>) {
     let ctx = format!("rank {}: {:?}\n{out}", t.rank, t.env);
     assert_eq!(t.env("GPU_AFFINITY_MODE"), Some(mode), "{ctx}");
     assert_eq!(t.env("CUDA_DEVICE_ORDER"), Some("PCI_BUS_ID"), "{ctx}");
-
-    // The GPU: the one index left in CUDA_VISIBLE_DEVICES is a /dev/nvidiaN minor (the
-    // harness lists nvidia0..7 in gres.conf, so Slurm's index is the minor).
-    let cuda = t
-        .env("CUDA_VISIBLE_DEVICES")
-        .unwrap_or_else(|| panic!("no CUDA_VISIBLE_DEVICES: {ctx}"));
-    let minor: u32 = cuda
-        .parse()
-        .unwrap_or_else(|_| panic!("CUDA_VISIBLE_DEVICES={cuda:?} is not one GPU: {ctx}"));
     let gpu = gpu_by_minor(machine, minor);
     assert_eq!(
         t.env("GPU_AFFINITY_GPUS"),
@@ -119,7 +133,7 @@ pub fn check_rank(
         "{ctx}"
     );
 
-    // CPUs and memory: the GPU's NUMA node.
+    // CPUs: the GPU's NUMA node, planned and really applied.
     let numa = machine
         .numa_of(gpu)
         .unwrap_or_else(|| panic!("GPU {gpu} has no NUMA node: {ctx}"));
@@ -127,34 +141,42 @@ pub fn check_rank(
         .numa_node(numa)
         .map(|n| n.cpus.clone())
         .unwrap_or_default();
-    assert_eq!(
-        t.env("GPU_AFFINITY_MEMS"),
-        Some(numa.to_string().as_str()),
-        "{ctx}"
-    );
-    let planned = set(
+    let reported = set(
         t.env("GPU_AFFINITY_CPUS").unwrap_or_default(),
         "GPU_AFFINITY_CPUS",
         &ctx,
     );
     assert_eq!(
-        planned, numa_cpus,
-        "planned CPUs are not GPU {gpu}'s NUMA node {numa}: {ctx}"
+        reported, numa_cpus,
+        "reported CPUs are not GPU {gpu}'s NUMA node {numa}: {ctx}"
     );
     let applied = set(&t.cpus, "Cpus_allowed_list", &ctx);
     assert_eq!(
         applied, numa_cpus,
         "applied CPU mask is not NUMA node {numa}'s: {ctx}"
     );
+
+    // Memory: bound (strict) or preferred (prefer) to that node when this kernel has it;
+    // a node only the fixture has cannot take a policy and is reported as not applied.
     let kernel_nodes = fixture::online_numa_nodes().expect("read online NUMA nodes");
     if kernel_nodes.contains(numa) {
-        assert!(
-            t.mempolicy == format!("bind:{numa}") || t.mempolicy == format!("preferred:{numa}"),
-            "memory policy {:?} is not NUMA node {numa}: {ctx}",
-            t.mempolicy
+        assert_eq!(
+            t.env("GPU_AFFINITY_MEMS"),
+            Some(numa.to_string().as_str()),
+            "{ctx}"
         );
+        let policy = if mode == "strict" {
+            format!("bind:{numa}")
+        } else {
+            format!("prefer:{numa}")
+        };
+        assert_eq!(t.mempolicy, policy, "memory policy: {ctx}");
     } else {
-        // The kernel has no such node: the policy cannot be applied and is left alone.
+        assert_eq!(
+            t.env("GPU_AFFINITY_MEMS"),
+            Some(""),
+            "NUMA {numa} is not in this kernel: {ctx}"
+        );
         assert_eq!(t.mempolicy, "default", "{ctx}");
     }
 
