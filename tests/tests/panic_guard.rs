@@ -1,7 +1,7 @@
 //! The panic guard in a real slurmstepd: a plugin built with the `panic-test` feature
 //! panics inside the hook plugstack `test_panic=HOOK` names. The step must end (no hang,
-//! no core dump), slurmd and slurmctld must survive, and the next normal step must run
-//! and be bound.
+//! no core dump), no task may run past a failed hook, slurmd and slurmctld must survive,
+//! and the next normal step must run and be bound.
 
 mod common;
 
@@ -24,6 +24,7 @@ fn a_panic_in_any_hook_fails_cleanly_and_the_next_step_runs() {
         cluster
             .write_plugstack_with(&[("test_panic", hook)])
             .expect("plugstack");
+        let log_before = cluster.log("slurmd.log").len();
         let out = probe_whole_node(&cluster, Some("strict"), 8, &opts);
         assert!(!out.timed_out(), "panic in {hook}: srun hung: {out}");
         assert_ne!(
@@ -31,10 +32,33 @@ fn a_panic_in_any_hook_fails_cleanly_and_the_next_step_runs() {
             Some(134),
             "panic in {hook} aborted a process: {out}"
         );
+        // The guard caught the panic and logged its message (the trigger's own text).
+        let log = cluster.log("slurmd.log");
+        assert!(
+            log.get(log_before..)
+                .unwrap_or_default()
+                .contains(&format!("test_panic={hook}")),
+            "no logged panic for {hook}{}",
+            cluster.log_tails()
+        );
+        if *hook == "exit" {
+            // slurm_spank_exit runs after the tasks: they ran, bound.
+            check_step(&m, &out, "strict", 1);
+        } else {
+            // A hook before exec failed: no task may run (least of all unbound). Slurm
+            // reports the failed launch on srun's stderr; 22.05 still exits 0 when
+            // init/init_post_opt/user_init fail, 1 when task_init does.
+            let ran = out.tasks().expect("probe").len();
+            assert_eq!(ran, 0, "panic in {hook}: tasks ran anyway: {out}");
+            assert!(
+                out.stderr.contains("fail"),
+                "panic in {hook}: no failure on srun's stderr: {out}"
+            );
+        }
         if *hook == "task_init" {
             assert!(
                 !out.success(),
-                "a panic in task_init must fail the task: {out}"
+                "a panic in task_init must fail the step: {out}"
             );
         }
         assert!(
