@@ -45,6 +45,21 @@ fn strict_refuses_a_gpu_without_a_local_nic_with_one_line_and_nonzero_exit() {
             .any(|l| numa1_gpus.iter().any(|g| l.contains(g.as_str())) && l.contains("prefer")),
         "the refusal names neither a NUMA-1 GPU nor the way out (--gpu-affinity=prefer): {out}"
     );
+    // Refused ranks never ran; the others ran bound.
+    for t in out.tasks().expect("probe").values() {
+        let minor: u32 = t
+            .env("CUDA_VISIBLE_DEVICES")
+            .and_then(|c| c.parse().ok())
+            .expect("one GPU per rank");
+        let gpu = common::gpu_by_minor(&m, minor);
+        assert_eq!(
+            m.numa_of(gpu),
+            Some(0),
+            "rank {} on refused GPU {gpu} ran: {out}",
+            t.rank
+        );
+        check_rank(&m, t, "strict", 1, &out);
+    }
     // A refused step is the user's problem, not the node's: it stays in service.
     cluster
         .wait_idle(Duration::from_secs(10))
