@@ -172,8 +172,14 @@ fn bad_cpulist_names_the_file() {
 
 #[test]
 fn bad_attributes_name_the_file() {
-    let msg = spoiled("sys/bus/pci/devices/0000:04:00.0/class", "network\n");
-    assert!(msg.contains("0000:04:00.0/class"), "{msg}");
+    let msg = spoiled(
+        "sys/bus/pci/devices/0000:04:00.0/uevent",
+        "PCI_CLASS=network\nPCI_ID=15B3:1021\n",
+    );
+    assert!(
+        msg.contains("0000:04:00.0/uevent") && msg.contains("network"),
+        "{msg}"
+    );
     let msg = spoiled(
         "proc/driver/nvidia/gpus/0000:81:00.0/information",
         "Device Minor: \t one\n",
@@ -184,6 +190,26 @@ fn bad_attributes_name_the_file() {
     );
     let msg = spoiled("sys/bus/pci/devices/0000:03:00.0/max_link_width", "x16\n");
     assert!(msg.contains("max_link_width"), "{msg}");
+}
+
+#[test]
+fn ids_without_uevent_come_from_class_vendor_device() {
+    let dir = tempfile::tempdir().unwrap();
+    write_fixture(&switch_tree(), dir.path()).unwrap();
+    for a in ["0000:03:00.0", "0000:04:00.0"] {
+        std::fs::remove_file(dir.path().join(format!("sys/bus/pci/devices/{a}/uevent"))).unwrap();
+    }
+    assert_eq!(read_machine(dir.path()).unwrap(), switch_tree());
+    std::fs::write(
+        dir.path().join("sys/bus/pci/devices/0000:04:00.0/class"),
+        "network\n",
+    )
+    .unwrap();
+    let msg = read_machine(dir.path()).unwrap_err().to_string();
+    assert!(
+        msg.contains("0000:04:00.0/class") && msg.contains("network"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -48,7 +48,7 @@ pub fn lstopo_xml(root: &Path) -> String {
                 root.display()
             );
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(2));
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
@@ -65,11 +65,17 @@ pub fn lstopo_xml(root: &Path) -> String {
     std::fs::read_to_string(&out).unwrap()
 }
 
-/// hwloc's bitmap text: "0x000000ff,0xffff0000" (32-bit words, most significant first).
+/// hwloc's bitmap text: "0x000000ff,0xffff0000" (32-bit words, most significant first;
+/// hwloc writes a run of zero words as empty fields, "0x00000001,,,0x00000001").
 fn hwloc_cpuset(text: &str) -> CpuSet {
     let mut set = CpuSet::new();
     for (i, word) in text.split(',').rev().enumerate() {
-        let value = u32::from_str_radix(word.trim_start_matches("0x"), 16).unwrap();
+        let digits = word.trim_start_matches("0x");
+        let value = if digits.is_empty() {
+            0
+        } else {
+            u32::from_str_radix(digits, 16).unwrap()
+        };
         for bit in 0..32 {
             if value & (1 << bit) != 0 {
                 set.insert(i as u32 * 32 + bit);

@@ -85,11 +85,11 @@ pub fn smt_cores(half: u32) -> Vec<CpuSet> {
         .collect()
 }
 
-const BRIDGE: u32 = class::BRIDGE_PCI;
-const PEX: (u16, u16) = (0x1000, 0xc030);
-const ROOT_PORT: (u16, u16) = (0x8086, 0x352a);
-const H100: (u16, u16) = (0x10de, 0x2330);
-const CX7: (u16, u16) = (0x15b3, 0x1021);
+pub const BRIDGE: u32 = class::BRIDGE_PCI;
+pub const PEX: (u16, u16) = (0x1000, 0xc030);
+pub const ROOT_PORT: (u16, u16) = (0x8086, 0x352a);
+pub const H100: (u16, u16) = (0x10de, 0x2330);
+pub const CX7: (u16, u16) = (0x15b3, 0x1021);
 
 /// Bare metal with PCIe switches: on socket 0 a PEX switch holding a GPU and an IB HCA;
 /// on socket 1 a root port holding a GPU and a dual-port RoCE NIC (two functions).

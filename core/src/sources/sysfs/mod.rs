@@ -1,9 +1,10 @@
 //! The live sysfs/procfs source: discover a [`Machine`] under a filesystem root.
 //!
 //! Reads only what placement needs, never a walk of all of /sys:
-//! - `/sys/bus/pci/devices/*`: the link (root complex and bridge chain) and `class` of
-//!   every function; `vendor`, `device`, `numa_node` and the link attributes only for
-//!   GPUs, NICs and the bridges above them;
+//! - `/sys/bus/pci/devices/*`: the link (root complex and bridge chain) and the ids of
+//!   every function (`class`, `vendor`, `device`, all three from `uevent` in one read when
+//!   it has them); `numa_node` and the link attributes only for GPUs, NICs and the
+//!   bridges above them;
 //! - `/sys/class/infiniband/*` (device link, `ports/*/{state,rate,link_layer}`) and
 //!   `/sys/class/net/*` (device link) to find the NICs;
 //! - `/sys/devices/system/node/node*/cpulist`, `/sys/devices/system/cpu/cpu*/topology/
@@ -27,7 +28,7 @@ use crate::model::{
 };
 use crate::pci::PciAddr;
 
-pub use parse::ParseError;
+pub use parse::{ParseError, PciIds};
 pub use reader::{FsReader, MAX_FILE_BYTES, RootDir};
 
 /// Why discovery failed. Every variant names the file.
@@ -56,7 +57,7 @@ pub enum SysfsError {
 
 /// Discover the machine under `root` (`/` for the live node, or a fixture tree).
 pub fn read_machine(root: &Path) -> Result<Machine, SysfsError> {
-    read_machine_from(&RootDir::new(root))
+    read_machine_from(&RootDir::open(root)?)
 }
 
 /// Discover the machine through any [`FsReader`].
@@ -69,12 +70,12 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
         ..Machine::default()
     };
     let paths = d.pci_paths()?;
-    let mut classes: HashMap<PciAddr, u32> = HashMap::new();
+    let mut ids: HashMap<PciAddr, PciIds> = HashMap::new();
     let mut gpus = Vec::new();
-    for addr in paths.keys() {
-        let cls = d.pci_class(*addr)?;
-        classes.insert(*addr, cls);
-        if class::is_gpu(cls) && d.pci_vendor(*addr)? == vendor::NVIDIA {
+    for (addr, located) in &paths {
+        let i = d.pci_ids(&located.dir)?;
+        ids.insert(*addr, i);
+        if class::is_gpu(i.class) && i.vendor == vendor::NVIDIA {
             gpus.push(*addr);
         }
     }
@@ -95,7 +96,7 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
     let netdevs = d.netdevs()?;
     // Per network function: its RDMA devices and netdevs, each in name order.
     let mut functions: BTreeMap<PciAddr, FunctionNames> = BTreeMap::new();
-    let is_nic = |addr: &PciAddr| classes.get(addr).is_some_and(|c| class::is_network(*c));
+    let is_nic = |addr: &PciAddr| ids.get(addr).is_some_and(|i| class::is_network(i.class));
     for (name, addr, ports) in rdma {
         if is_nic(&addr) {
             functions.entry(addr).or_default().0.push((name, ports));
@@ -109,36 +110,37 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
 
     let mut wanted: BTreeSet<PciAddr> = gpus.iter().copied().collect();
     wanted.extend(functions.keys().copied());
-    let mut pci_ids: HashMap<PciAddr, (u16, u16)> = HashMap::new();
     let mut kept = BTreeSet::new();
     for addr in &wanted {
-        if let Some(path) = paths.get(addr) {
-            kept.extend(path.chain.iter().copied());
+        if let Some(located) = paths.get(addr) {
+            kept.extend(located.path.chain.iter().copied());
         }
     }
     for addr in &kept {
-        let Some(path) = paths.get(addr) else {
+        let Some(Located { path, dir }) = paths.get(addr) else {
             continue;
         };
-        let ids = (d.pci_vendor(*addr)?, d.pci_device(*addr)?);
-        pci_ids.insert(*addr, ids);
+        let Some(i) = ids.get(addr).copied() else {
+            continue;
+        };
+        let (numa_node, link) = d.pci_locality(dir)?;
         let position = path.chain.len() - 1;
         machine.pci.push(PciDevice {
             addr: *addr,
             parent: position.checked_sub(1).map(|i| path.chain[i]),
             root: Some(path.root.clone()),
-            vendor: ids.0,
-            device: ids.1,
-            class: classes.get(addr).copied().unwrap_or(0),
-            numa_node: d.pci_numa_node(*addr)?,
-            link: d.pci_link(*addr)?,
+            vendor: i.vendor,
+            device: i.device,
+            class: i.class,
+            numa_node,
+            link,
         });
     }
 
     for (addr, (mut rdmas, mut nets)) in functions {
         rdmas.sort_by(|a, b| name_order(&a.0, &b.0));
         nets.sort_by(|a, b| name_order(a, b));
-        let (vendor_id, device_id) = pci_ids.get(&addr).copied().unwrap_or((0, 0));
+        let (vendor_id, device_id) = ids.get(&addr).map_or((0, 0), |i| (i.vendor, i.device));
         if rdmas.is_empty() {
             machine.nics.push(Nic {
                 pci: addr,
@@ -177,6 +179,13 @@ pub fn name_order(a: &str, b: &str) -> std::cmp::Ordering {
     (a.len(), a).cmp(&(b.len(), b))
 }
 
+/// A PCI function's place in the tree and its directory under the root.
+struct Located {
+    path: parse::DevicePath,
+    /// "sys/devices/pci0000:10/0000:10:01.0/0000:11:00.0"
+    dir: String,
+}
+
 struct Discovery<'a, R: FsReader + ?Sized> {
     fs: &'a R,
 }
@@ -203,10 +212,6 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
         }
     }
 
-    fn text(&self, path: &str) -> Result<Option<String>, SysfsError> {
-        Ok(self.read(path)?.and_then(|b| parse::optional_text(&b)))
-    }
-
     fn cpulist(&self, path: &str) -> Result<Option<CpuSet>, SysfsError> {
         match self.read(path)? {
             None => Ok(None),
@@ -220,12 +225,22 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
     }
 
     fn dmi(&self) -> Result<Dmi, SysfsError> {
-        let field = |name: &str| self.text(&format!("sys/class/dmi/id/{name}"));
+        let [sys_vendor, product_name, chassis_asset_tag, board_vendor] = self
+            .read_attrs(
+                "sys/class/dmi/id",
+                [
+                    "sys_vendor",
+                    "product_name",
+                    "chassis_asset_tag",
+                    "board_vendor",
+                ],
+            )?
+            .map(|bytes| bytes.and_then(|b| parse::optional_text(&b)));
         Ok(Dmi {
-            sys_vendor: field("sys_vendor")?,
-            product_name: field("product_name")?,
-            chassis_asset_tag: field("chassis_asset_tag")?,
-            board_vendor: field("board_vendor")?,
+            sys_vendor,
+            product_name,
+            chassis_asset_tag,
+            board_vendor,
         })
     }
 
@@ -267,14 +282,16 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
                 continue;
             };
             siblings.insert(cpu);
-            seen = seen.union(&siblings);
+            for sibling in siblings.iter() {
+                seen.insert(sibling);
+            }
             cores.push(siblings);
         }
         Ok(cores)
     }
 
     /// Every PCI function and where it sits, from the /sys/bus/pci/devices links.
-    fn pci_paths(&self) -> Result<BTreeMap<PciAddr, parse::DevicePath>, SysfsError> {
+    fn pci_paths(&self) -> Result<BTreeMap<PciAddr, Located>, SysfsError> {
         const DIR: &str = "sys/bus/pci/devices";
         let mut out = BTreeMap::new();
         for name in self.fs.list(DIR)? {
@@ -294,52 +311,93 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             if located.chain.last() != Some(&addr) {
                 return Err(bad());
             }
-            out.insert(addr, located);
+            let dir = parse::resolve(DIR, &target);
+            out.insert(addr, Located { path: located, dir });
         }
         Ok(out)
     }
 
-    fn pci_attr(addr: PciAddr, attr: &str) -> String {
-        format!("sys/bus/pci/devices/{addr}/{attr}")
+    /// Class, vendor and device ids: from `uevent` (one read), else from the `class`,
+    /// `vendor` and `device` attributes; missing ones read as 0 (unknown).
+    fn pci_ids(&self, dir: &str) -> Result<PciIds, SysfsError> {
+        if let Some(ids) = self
+            .parsed(&format!("{dir}/uevent"), parse::pci_uevent)?
+            .flatten()
+        {
+            return Ok(ids);
+        }
+        let [class, vendor, device] = self.read_attrs(dir, ["class", "vendor", "device"])?;
+        Ok(PciIds {
+            class: self
+                .parse_attr(dir, "class", class, parse::pci_class)?
+                .unwrap_or(0),
+            vendor: self
+                .parse_attr(dir, "vendor", vendor, parse::pci_id)?
+                .unwrap_or(0),
+            device: self
+                .parse_attr(dir, "device", device, parse::pci_id)?
+                .unwrap_or(0),
+        })
     }
 
-    fn pci_class(&self, addr: PciAddr) -> Result<u32, SysfsError> {
-        Ok(self
-            .parsed(&Self::pci_attr(addr, "class"), parse::pci_class)?
-            .unwrap_or(0))
+    /// Several attributes of one directory.
+    fn read_attrs<const N: usize>(
+        &self,
+        dir: &str,
+        names: [&str; N],
+    ) -> Result<[Option<Vec<u8>>; N], SysfsError> {
+        let mut read = self.fs.read_in(dir, &names, MAX_FILE_BYTES)?.into_iter();
+        Ok(names.map(|_| read.next().flatten()))
     }
 
-    fn pci_vendor(&self, addr: PciAddr) -> Result<u16, SysfsError> {
-        Ok(self
-            .parsed(&Self::pci_attr(addr, "vendor"), parse::pci_id)?
-            .unwrap_or(0))
+    /// Parse an attribute read by `read_attrs`; the path is built only for an error.
+    fn parse_attr<T>(
+        &self,
+        dir: &str,
+        name: &str,
+        bytes: Option<Vec<u8>>,
+        parse: impl Fn(&[u8]) -> Result<T, ParseError>,
+    ) -> Result<Option<T>, SysfsError> {
+        bytes
+            .map(|b| {
+                parse(&b).map_err(|source| SysfsError::Malformed {
+                    path: self.fs.display(&format!("{dir}/{name}")),
+                    source,
+                })
+            })
+            .transpose()
     }
 
-    fn pci_device(&self, addr: PciAddr) -> Result<u16, SysfsError> {
-        Ok(self
-            .parsed(&Self::pci_attr(addr, "device"), parse::pci_id)?
-            .unwrap_or(0))
-    }
-
-    fn pci_numa_node(&self, addr: PciAddr) -> Result<Option<u32>, SysfsError> {
-        Ok(self
-            .parsed(&Self::pci_attr(addr, "numa_node"), parse::numa_node)?
-            .flatten())
-    }
-
-    fn pci_link(&self, addr: PciAddr) -> Result<PciLink, SysfsError> {
-        let width = |attr| {
+    /// `numa_node` and the link attributes of a PCI function.
+    fn pci_locality(&self, dir: &str) -> Result<(Option<u32>, PciLink), SysfsError> {
+        let [numa, cur_speed, cur_width, max_speed, max_width] = self.read_attrs(
+            dir,
+            [
+                "numa_node",
+                "current_link_speed",
+                "current_link_width",
+                "max_link_speed",
+                "max_link_width",
+            ],
+        )?;
+        let width = |name, bytes| {
             Ok::<_, SysfsError>(
-                self.parsed(&Self::pci_attr(addr, attr), parse::link_width)?
+                self.parse_attr(dir, name, bytes, parse::link_width)?
                     .flatten(),
             )
         };
-        Ok(PciLink {
-            current_speed: self.text(&Self::pci_attr(addr, "current_link_speed"))?,
-            current_width: width("current_link_width")?,
-            max_speed: self.text(&Self::pci_attr(addr, "max_link_speed"))?,
-            max_width: width("max_link_width")?,
-        })
+        let text = |bytes: Option<Vec<u8>>| bytes.and_then(|b| parse::optional_text(&b));
+        let link = PciLink {
+            current_speed: text(cur_speed),
+            current_width: width("current_link_width", cur_width)?,
+            max_speed: text(max_speed),
+            max_width: width("max_link_width", max_width)?,
+        };
+        Ok((
+            self.parse_attr(dir, "numa_node", numa, parse::numa_node)?
+                .flatten(),
+            link,
+        ))
     }
 
     /// The PCI function a class entry (/sys/class/net/eth0) belongs to: the last PCI
@@ -374,12 +432,16 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
                 let Some(number) = parse::numbered(&port, "") else {
                     continue;
                 };
-                let attr = |a: &str| self.text(&format!("{entry}/ports/{port}/{a}"));
+                let [state, rate, layer] = self.read_attrs(
+                    &format!("{entry}/ports/{port}"),
+                    ["state", "rate", "link_layer"],
+                )?;
+                let text = |bytes: Option<Vec<u8>>| bytes.and_then(|b| parse::optional_text(&b));
                 ports.push(RdmaPort {
                     number,
-                    state: attr("state")?,
-                    rate: attr("rate")?,
-                    link_layer: attr("link_layer")?,
+                    state: text(state),
+                    rate: text(rate),
+                    link_layer: text(layer),
                 });
             }
             ports.sort_by_key(|p| p.number);

@@ -58,6 +58,45 @@ pub fn pci_class(bytes: &[u8]) -> Result<u32, ParseError> {
     Ok(v)
 }
 
+/// A PCI function's identity: class, vendor and device ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PciIds {
+    pub class: u32,
+    pub vendor: u16,
+    pub device: u16,
+}
+
+/// A PCI function's `uevent` ("PCI_CLASS=30200", "PCI_ID=10DE:2330"): class and ids in
+/// one read instead of three. `None` when the keys are not there.
+pub fn pci_uevent(bytes: &[u8]) -> Result<Option<PciIds>, ParseError> {
+    let content = String::from_utf8_lossy(bytes);
+    let (mut class, mut id) = (None, None);
+    for line in content.lines() {
+        if let Some(v) = line.strip_prefix("PCI_CLASS=") {
+            class = Some(v.trim());
+        } else if let Some(v) = line.strip_prefix("PCI_ID=") {
+            id = Some(v.trim());
+        }
+    }
+    let (Some(class), Some(id)) = (class, id) else {
+        return Ok(None);
+    };
+    let class = pci_class(class.as_bytes())?;
+    const EXPECTED: &str = "PCI_ID=VVVV:DDDD in hex";
+    let (v, d) = id.split_once(':').ok_or_else(|| bad(id, EXPECTED))?;
+    let hex16 = |t: &str| {
+        if t.is_empty() || t.len() > 4 {
+            return Err(bad(id, EXPECTED));
+        }
+        u16::from_str_radix(t, 16).map_err(|_| bad(id, EXPECTED))
+    };
+    Ok(Some(PciIds {
+        class,
+        vendor: hex16(v)?,
+        device: hex16(d)?,
+    }))
+}
+
 /// A `numa_node` attribute: a node id, or -1 when the platform does not say (VMs).
 pub fn numa_node(bytes: &[u8]) -> Result<Option<u32>, ParseError> {
     let t = text(bytes);
@@ -133,6 +172,27 @@ pub fn device_path(link: &str) -> Option<DevicePath> {
     })
 }
 
+/// Where a relative symlink found in directory `dir` leads, as a path under the same
+/// root ("sys/bus/pci/devices" + "../../../devices/pci0000:10/0000:10:1c.0" =
+/// "sys/devices/pci0000:10/0000:10:1c.0"). An absolute target starts from the root.
+pub fn resolve(dir: &str, target: &str) -> String {
+    let mut parts: Vec<&str> = if target.starts_with('/') {
+        Vec::new()
+    } else {
+        dir.split('/').filter(|p| !p.is_empty()).collect()
+    };
+    for part in target.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
 /// The facts in /proc/driver/nvidia/gpus/ADDR/information.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NvidiaInfo {
@@ -200,6 +260,26 @@ mod tests {
     }
 
     #[test]
+    fn uevent() {
+        let ids = pci_uevent(
+            b"DRIVER=nvidia\nPCI_CLASS=30200\nPCI_ID=10DE:2330\nPCI_SLOT_NAME=0000:53:00.0\n",
+        )
+        .expect("valid")
+        .expect("has ids");
+        assert_eq!(
+            ids,
+            PciIds {
+                class: 0x030200,
+                vendor: 0x10de,
+                device: 0x2330
+            }
+        );
+        assert_eq!(pci_uevent(b"DRIVER=x\n"), Ok(None));
+        assert!(pci_uevent(b"PCI_CLASS=30200\nPCI_ID=10DE\n").is_err());
+        assert!(pci_uevent(b"PCI_CLASS=zz\nPCI_ID=10DE:2330\n").is_err());
+    }
+
+    #[test]
     fn device_paths() {
         let p = device_path("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0").expect("pci");
         assert_eq!(p.root, "pci0000:00");
@@ -220,6 +300,21 @@ mod tests {
         .expect("vmd");
         assert_eq!(vmd.root, "pci10000:e0");
         assert_eq!(vmd.chain.len(), 2);
+    }
+
+    #[test]
+    fn resolves_links() {
+        assert_eq!(
+            resolve(
+                "sys/bus/pci/devices",
+                "../../../devices/pci0000:10/0000:10:1c.0"
+            ),
+            "sys/devices/pci0000:10/0000:10:1c.0"
+        );
+        assert_eq!(
+            resolve("sys/class/net", "/sys/devices/virtual/net/lo"),
+            "sys/devices/virtual/net/lo"
+        );
     }
 
     #[test]
