@@ -127,9 +127,21 @@ fn run(a: &Args) -> Result<()> {
     }
     // (label, plugin on the plugstack, srun argv)
     let arms: [(&str, bool, Vec<&str>); 3] = [
-        ("without plugin", false, base.iter().map(String::as_str).collect()),
-        ("plugin, strict", true, strict.iter().map(String::as_str).collect()),
-        ("plugin, off", true, off.iter().map(String::as_str).collect()),
+        (
+            "without plugin",
+            false,
+            base.iter().map(String::as_str).collect(),
+        ),
+        (
+            "plugin, strict",
+            true,
+            strict.iter().map(String::as_str).collect(),
+        ),
+        (
+            "plugin, off",
+            true,
+            off.iter().map(String::as_str).collect(),
+        ),
     ];
 
     println!(
