@@ -12,6 +12,7 @@ use crate::guard::Failure;
 use crate::host::{Host, MemPolicy, Os};
 use crate::mode::Choice;
 use crate::os::list;
+use crate::run_dir;
 use crate::step::{StepPlan, join};
 
 /// The advice every strict refusal ends with.
@@ -82,8 +83,32 @@ pub fn apply_rank(
     if let Some(v) = plan.violations.iter().find(|v| concerns(v, task)) {
         return Err(refusal(task, &v.message));
     }
+    // slurmstepd wrote the generated NCCL topology after forking the tasks: look for it.
+    let topology_missing = step
+        .fabric
+        .topology
+        .as_ref()
+        .filter(|t| !run_dir::is_written(&t.file, t.owner))
+        .map(|t| {
+            format!(
+                "the NCCL topology file {} was not written (see the slurmd log)",
+                t.file.display()
+            )
+        });
+    if strict && let Some(problem) = &topology_missing {
+        return Err(refusal(task, problem));
+    }
     // The plan's warnings are step-wide news: say them once, from the node's first task.
     if task.local == 0 {
+        for w in &step.fabric.warnings {
+            warn_user(os, w);
+        }
+        if let Some(problem) = &topology_missing {
+            warn_user(
+                os,
+                &format!("gpu-affinity: warning: {problem}; NCCL_TOPO_FILE left unset"),
+            );
+        }
         for w in &plan.warnings {
             let line = match w.rank {
                 Some(r) => format!(
@@ -127,7 +152,10 @@ pub fn apply_rank(
         );
     }
 
-    let env = rank_env(step, rank, &cpus, &mems);
+    let mut env = rank_env(step, rank, &cpus, &mems);
+    if topology_missing.is_some() {
+        env.retain(|(k, _)| k != "NCCL_TOPO_FILE");
+    }
     for (name, value) in &env {
         host.setenv(name, value).map_err(|e| {
             Failure(format!(
@@ -281,7 +309,7 @@ pub fn rank_env(
         .iter()
         .position(|r| r.rank == rank.rank)
         .unwrap_or(usize::MAX);
-    env.extend(fabric_env::rank_env(step.fabric.as_ref(), index));
+    env.extend(fabric_env::rank_env(&step.fabric.env, index));
     env
 }
 

@@ -31,27 +31,51 @@
 //! | `GPU_AFFINITY_CPUS` | the CPU mask as applied (read back), cpulist |
 //! | `GPU_AFFINITY_MEMS` | NUMA nodes the memory policy was applied to (`strict`: bind, `prefer`: preferred) |
 //!
+//! plus the vendor fabric environment of the node's profile (NCCL_IB_HCA, NCCL_TOPO_FILE,
+//! FI_*, ...; node-wide values identical on every rank, and the rank's own), computed by
+//! `gpu_affinity::fabric::step_fabric` exactly as `gpu-affinity explain` shows it. A
+//! variable already in the user's environment is left alone unless the admin forces it.
+//!
 //! # For admins (plugstack.conf)
 //!
-//! `required /usr/lib64/slurm/gpu_affinity.so [config=PATH] [sysfs_root=DIR] [default=off|prefer|strict] [enforce=prefer|strict]`
+//! `required /usr/lib64/slurm/gpu_affinity.so [config=PATH] [sysfs_root=DIR] [default=off|prefer|strict] [enforce=prefer|strict] [profiles_dir=DIR] [run_dir=DIR]`
 //!
 //! Arguments are strict `key=value`; an unknown key or bad value is a load error naming
 //! it. `config` (default `/etc/gpu-affinity/config.toml` when present) must be owned by
-//! root and not writable by group or others; its `[plugin]` table may set `default`,
-//! `enforce` and `sysfs_root` (plugstack arguments win). `enforce` is a floor: a user's
-//! lower mode is raised, with an info line. Root-side inputs never come from the user's
-//! environment. With a `sysfs_root` other than `/` (tests, replayed dumps), NUMA nodes
-//! the running kernel lacks are reported as not applied instead of failing.
+//! root and not writable by group or others. Its `[plugin]` table may set `default`,
+//! `enforce`, `sysfs_root` and `run_dir`; its `[fabric]` table `force` (variables
+//! exported even when the user set them, e.g. `force = ["NCCL_IB_HCA"]`) and
+//! `profiles_dir`. Plugstack arguments win; unknown keys in either table are errors.
+//! `enforce` is a floor: a user's lower mode is raised, with an info line. Root-side
+//! inputs never come from the user's environment. With a `sysfs_root` other than `/`
+//! (tests, replayed dumps), NUMA nodes the running kernel lacks are reported as not
+//! applied instead of failing, and a profile's vendor NCCL topology file is looked up
+//! under that root.
+//!
+//! * `profiles_dir` (default `/etc/gpu-affinity/profiles.d`): admin fabric profiles
+//!   (`*.toml`) on top of the built-in ones; a missing directory is none. The directory
+//!   and its files must be root's and not writable by group or others, and readable by
+//!   job users (the step is planned with the user's privileges). A malformed or
+//!   untrusted profile is one error line naming file and line; `strict` steps are
+//!   refused with it, `prefer` steps use the built-in profiles and warn.
+//! * `run_dir` (default `/run/gpu-affinity`): where slurmstepd writes, as root, the NCCL
+//!   topology generated for a step whose profile needs one and whose node lacks a fitting
+//!   vendor file: `run_dir/job<JOBID>.<STEPID>.<slurmstepd pid>/nccl-topo.xml` (0755 /
+//!   0644, never through a symlink), removed when the step ends. `run_dir` is created
+//!   0755 when absent; an existing one must be root's, not writable by others and
+//!   searchable by job users.
 //!
 //! Test builds (`--features panic-test`) also accept `test_panic=HOOK` (init,
-//! init_post_opt, user_init, task_init, exit): slurmstepd panics inside that hook, and
-//! the guard must turn it into a failed hook.
+//! init_post_opt, user_init, task_post_fork, task_init, exit): slurmstepd panics inside
+//! that hook, and the guard must turn it into a failed hook.
 //!
 //! # Structure
 //!
 //! `build.rs` binds the installed `<slurm/spank.h>`; `spank.rs` wraps it as a [`host::Host`];
 //! one file per SPANK context (`init.rs`, `init_post_opt.rs`, `user_init.rs`,
-//! `task_init.rs`, `exit.rs`) behind `dispatch.rs`; every export runs in `guard::run`.
+//! `task_post_fork.rs`, `task_init.rs`, `exit.rs`) behind `dispatch.rs`; every export
+//! runs in `guard::run`. `fabric_env.rs` loads the profiles and calls the core's fabric
+//! facade; `run_dir.rs` owns the per-step files.
 
 mod apply;
 mod dispatch;
@@ -67,12 +91,14 @@ mod logger;
 mod mode;
 mod options;
 mod os;
+mod run_dir;
 mod settings;
 #[cfg(not(test))]
 mod spank;
 mod state;
 mod step;
 mod task_init;
+mod task_post_fork;
 mod topology;
 mod user_init;
 
@@ -186,6 +212,16 @@ mod exports {
     ) -> c_int {
         // SAFETY: forwarded from Slurm unchanged.
         unsafe { hook(Hook::UserInit, sp, ac, av) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_task_post_fork(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::TaskPostFork, sp, ac, av) }
     }
 
     #[unsafe(no_mangle)]

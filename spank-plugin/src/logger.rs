@@ -80,8 +80,11 @@ pub fn emit(level: SlurmLevel, line: &str) {
     CAPTURED.with(|c| c.borrow_mut().push((level, line.to_string())));
 }
 
-/// Tests: the lines this thread logged since the last call.
+/// Tests: the lines this thread logged since the last call. It also routes the `log`
+/// macros here, since a test process (nextest runs one per test) may call a hook body
+/// without the guard that normally installs the logger.
 #[cfg(test)]
 pub fn take() -> Vec<(SlurmLevel, String)> {
+    install();
     CAPTURED.with(|c| std::mem::take(&mut *c.borrow_mut()))
 }

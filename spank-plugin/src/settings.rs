@@ -4,8 +4,11 @@
 //! topology comes from (`sysfs_root`) and the site's default and floor must not be
 //! steerable by the people whose jobs they constrain.
 
+use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use gpu_affinity::fabric::profiles::DEFAULT_PROFILE_DIR;
 
 use serde::Deserialize;
 
@@ -14,9 +17,19 @@ use crate::mode::{Choice, Floor};
 /// Where the admin config lives when plugstack.conf names none.
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-affinity/config.toml";
 
+/// Where per-step files (a generated NCCL topology) live when nothing else is named.
+pub const DEFAULT_RUN_DIR: &str = "/run/gpu-affinity";
+
 /// Hooks the `panic-test` feature can make panic (see [`Settings::test_panic`]).
 #[cfg(feature = "panic-test")]
-pub const PANIC_HOOKS: &[&str] = &["init", "init_post_opt", "user_init", "task_init", "exit"];
+pub const PANIC_HOOKS: &[&str] = &[
+    "init",
+    "init_post_opt",
+    "user_init",
+    "task_post_fork",
+    "task_init",
+    "exit",
+];
 
 /// The plugstack.conf arguments, as written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,6 +38,8 @@ pub struct Args {
     pub sysfs_root: Option<PathBuf>,
     pub default: Option<Choice>,
     pub enforce: Option<Floor>,
+    pub profiles_dir: Option<PathBuf>,
+    pub run_dir: Option<PathBuf>,
     /// `test_panic=HOOK` (builds with the `panic-test` feature only).
     pub test_panic: Option<String>,
 }
@@ -38,6 +53,14 @@ pub struct Settings {
     pub enforce: Option<Floor>,
     /// The config file that was read, if any.
     pub config: Option<PathBuf>,
+    /// The admin's fabric profiles (`*.toml`), on top of the built-in ones.
+    pub profiles_dir: PathBuf,
+    /// Root-owned base of the per-step directories (a generated NCCL topology file).
+    pub run_dir: PathBuf,
+    /// Fabric variables exported even when the user set them (`[fabric] force`).
+    pub force: Vec<String>,
+    /// The uid every root-side file and directory must belong to: root (tests: their own).
+    pub owner: u32,
     /// Panic inside this hook of slurmstepd (harness test of the panic guard).
     pub test_panic: Option<String>,
 }
@@ -49,6 +72,10 @@ impl Default for Settings {
             default: Choice::Off,
             enforce: None,
             config: None,
+            profiles_dir: PathBuf::from(DEFAULT_PROFILE_DIR),
+            run_dir: PathBuf::from(DEFAULT_RUN_DIR),
+            force: Vec::new(),
+            owner: 0,
             test_panic: None,
         }
     }
@@ -103,6 +130,19 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
                 }
                 args.enforce = Some(Floor::parse(value).ok_or_else(|| bad("prefer or strict"))?);
             }
+            "profiles_dir" => {
+                if args.profiles_dir.is_some() {
+                    return Err(dup());
+                }
+                args.profiles_dir =
+                    Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
+            }
+            "run_dir" => {
+                if args.run_dir.is_some() {
+                    return Err(dup());
+                }
+                args.run_dir = Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
+            }
             #[cfg(feature = "panic-test")]
             "test_panic" => {
                 if !PANIC_HOOKS.contains(&value) {
@@ -112,7 +152,7 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
             }
             _ => {
                 return Err(format!(
-                    "gpu-affinity: unknown plugstack.conf key '{key}' (known: config, sysfs_root, default, enforce)"
+                    "gpu-affinity: unknown plugstack.conf key '{key}' (known: config, sysfs_root, default, enforce, profiles_dir, run_dir)"
                 ));
             }
         }
@@ -131,6 +171,8 @@ fn absolute(value: &str) -> Option<PathBuf> {
 struct ConfigFile {
     #[serde(default)]
     plugin: PluginSection,
+    #[serde(default)]
+    fabric: FabricSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -139,6 +181,17 @@ struct PluginSection {
     default: Option<String>,
     enforce: Option<String>,
     sysfs_root: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
+}
+
+/// The fabric environment's part of the config: shared with `gpu-affinity explain`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FabricSection {
+    /// Variables exported even when the user set them.
+    #[serde(default)]
+    force: Vec<String>,
+    profiles_dir: Option<PathBuf>,
 }
 
 /// Combine the arguments with the config file. The file is `args.config`, else
@@ -151,33 +204,45 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
             .exists()
             .then(|| default_config.to_path_buf()),
     };
-    let file = match &path {
+    let ConfigFile {
+        plugin: file,
+        fabric,
+    } = match &path {
         Some(p) => read_config(p, owner)?,
-        None => PluginSection::default(),
+        None => ConfigFile::default(),
     };
     let file_default = match file.default.as_deref().map(str::trim) {
         Some(v) => Some(
             Choice::parse(v)
-                .ok_or_else(|| config_bad(&path, "default", v, "off, prefer or strict"))?,
+                .ok_or_else(|| config_bad(&path, "[plugin] default", v, "off, prefer or strict"))?,
         ),
         None => None,
     };
     let file_enforce = match file.enforce.as_deref().map(str::trim) {
         Some(v) => Some(
-            Floor::parse(v).ok_or_else(|| config_bad(&path, "enforce", v, "prefer or strict"))?,
+            Floor::parse(v)
+                .ok_or_else(|| config_bad(&path, "[plugin] enforce", v, "prefer or strict"))?,
         ),
         None => None,
     };
-    if let Some(root) = &file.sysfs_root
-        && !root.is_absolute()
-    {
-        return Err(config_bad(
-            &path,
-            "sysfs_root",
-            &root.display().to_string(),
-            "an absolute directory",
-        ));
+    for (table, key, dir) in [
+        ("plugin", "sysfs_root", &file.sysfs_root),
+        ("plugin", "run_dir", &file.run_dir),
+        ("fabric", "profiles_dir", &fabric.profiles_dir),
+    ] {
+        if let Some(dir) = dir
+            && !dir.is_absolute()
+        {
+            return Err(config_bad(
+                &path,
+                &format!("[{table}] {key}"),
+                &dir.display().to_string(),
+                "an absolute directory",
+            ));
+        }
     }
+    check_force(&fabric.force)
+        .map_err(|(value, what)| config_bad(&path, "[fabric] force", &value, &what))?;
     let base = Settings::default();
     Ok(Settings {
         sysfs_root: args
@@ -188,41 +253,90 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
         default: args.default.or(file_default).unwrap_or(base.default),
         enforce: args.enforce.or(file_enforce),
         config: path,
+        profiles_dir: args
+            .profiles_dir
+            .clone()
+            .or(fabric.profiles_dir)
+            .unwrap_or(base.profiles_dir),
+        run_dir: args
+            .run_dir
+            .clone()
+            .or(file.run_dir)
+            .unwrap_or(base.run_dir),
+        force: fabric.force,
+        owner,
         test_panic: args.test_panic.clone(),
     })
+}
+
+/// A `force` entry must name one environment variable a profile could set, once.
+/// Err: (the entry, what was expected).
+fn check_force(force: &[String]) -> Result<(), (String, String)> {
+    for (i, key) in force.iter().enumerate() {
+        let name_ok = key
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok {
+            return Err((
+                key.clone(),
+                "an environment variable name such as NCCL_IB_HCA".into(),
+            ));
+        }
+        if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("GPU_AFFINITY_") {
+            return Err((
+                key.clone(),
+                "a fabric variable; the plugin always sets this one per rank".into(),
+            ));
+        }
+        if force[..i].contains(key) {
+            return Err((key.clone(), "each variable listed once".into()));
+        }
+    }
+    Ok(())
 }
 
 fn config_bad(path: &Option<PathBuf>, key: &str, value: &str, what: &str) -> String {
     let file = path.as_deref().map(Path::display);
     match file {
         Some(f) => {
-            format!("gpu-affinity: {f}: [plugin] {key} = '{value}' is invalid: expected {what}")
+            format!("gpu-affinity: {f}: {key} = '{value}' is invalid: expected {what}")
         }
-        None => format!("gpu-affinity: [plugin] {key} = '{value}' is invalid: expected {what}"),
+        None => format!("gpu-affinity: {key} = '{value}' is invalid: expected {what}"),
     }
 }
 
-/// Read the config, refusing a file root does not fully control.
-fn read_config(path: &Path, owner: u32) -> Result<PluginSection, String> {
+/// The one check for every root-side input (config, profiles directory and files, the
+/// run directory): owned by `owner` (root) and not writable by group or others, so no
+/// job user can steer what slurmstepd does as root. `what` names the input in the error
+/// (one line without the `gpu-affinity: ` prefix, so it can also be a refusal reason).
+pub fn check_trusted(meta: &Metadata, what: &str, path: &Path, owner: u32) -> Result<(), String> {
     let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
     if meta.uid() != owner {
         return Err(format!(
-            "gpu-affinity: config {shown} is owned by uid {}, not root; refusing it",
+            "{what} {shown} is owned by uid {}, not root; refusing it",
             meta.uid()
         ));
     }
     if meta.mode() & 0o022 != 0 {
         return Err(format!(
-            "gpu-affinity: config {shown} is writable by group or others (mode {:04o}); refusing it",
+            "{what} {shown} is writable by group or others (mode {:04o}); refusing it",
             meta.mode() & 0o7777
         ));
     }
+    Ok(())
+}
+
+/// Read the config, refusing a file root does not fully control.
+fn read_config(path: &Path, owner: u32) -> Result<ConfigFile, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
+    check_trusted(&meta, "config", path, owner).map_err(|e| format!("gpu-affinity: {e}"))?;
     let text =
         std::fs::read_to_string(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
-    let file: ConfigFile = toml::from_str(&text)
-        .map_err(|e| format!("gpu-affinity: config {shown}: {}", one_line(&e.to_string())))?;
-    Ok(file.plugin)
+    toml::from_str(&text)
+        .map_err(|e| format!("gpu-affinity: config {shown}: {}", one_line(&e.to_string())))
 }
 
 fn one_line(text: &str) -> String {
@@ -344,6 +458,70 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let err = settings(&Args::default(), &p, uid() + 1).expect_err("wrong owner");
         assert!(err.contains(&format!("owned by uid {}", uid())), "{err}");
+    }
+
+    #[test]
+    fn fabric_and_run_dir_keys_from_plugstack_and_config() {
+        let d = Settings::default();
+        assert_eq!(
+            (d.profiles_dir.as_path(), d.run_dir.as_path()),
+            (
+                Path::new("/etc/gpu-affinity/profiles.d"),
+                Path::new("/run/gpu-affinity")
+            )
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = write_config(
+            dir.path(),
+            "[plugin]\nrun_dir = \"/srv/run\"\n[fabric]\nforce = [\"NCCL_IB_HCA\", \"NCCL_IB_TC\"]\nprofiles_dir = \"/srv/profiles\"\n",
+            0o644,
+        );
+        let s = settings(&Args::default(), &p, uid()).expect("settings");
+        assert_eq!(s.run_dir, Path::new("/srv/run"));
+        assert_eq!(s.profiles_dir, Path::new("/srv/profiles"));
+        assert_eq!(s.force, ["NCCL_IB_HCA", "NCCL_IB_TC"]);
+        assert_eq!(s.owner, uid());
+        let args = parse_args(&["profiles_dir=/a/profiles.d", "run_dir=/a/run"]).expect("args");
+        let s = settings(&args, &p, uid()).expect("settings");
+        assert_eq!(
+            (s.profiles_dir.as_path(), s.run_dir.as_path()),
+            (Path::new("/a/profiles.d"), Path::new("/a/run"))
+        );
+        let err = parse_args(&["run_dir=run"]).expect_err("relative");
+        assert!(err.contains("run_dir='run'"), "{err}");
+    }
+
+    #[test]
+    fn fabric_table_is_strict() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (text, needle) in [
+            ("[fabric]\nforced = []\n", "forced"),
+            ("[fabric]\nforce = \"NCCL_IB_HCA\"\n", "force"),
+            (
+                "[fabric]\nforce = [\"1NCCL\"]\n",
+                "[fabric] force = '1NCCL'",
+            ),
+            (
+                "[fabric]\nforce = [\"GPU_AFFINITY_CPUS\"]\n",
+                "always sets this one",
+            ),
+            (
+                "[fabric]\nforce = [\"NCCL_IB_HCA\", \"NCCL_IB_HCA\"]\n",
+                "each variable listed once",
+            ),
+            (
+                "[fabric]\nprofiles_dir = \"p.d\"\n",
+                "[fabric] profiles_dir = 'p.d'",
+            ),
+            ("[plugin]\nrun_dir = \"run\"\n", "[plugin] run_dir = 'run'"),
+        ] {
+            let p = write_config(dir.path(), text, 0o600);
+            let err = settings(&Args::default(), &p, uid()).expect_err(text);
+            assert!(
+                err.contains(needle) && err.contains("config.toml"),
+                "{text}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! single-threaded before any task is forked. So: set-once cells and an atomic, no
 //! `std::sync::Mutex` a panic could poison. Tests build their own [`Plugin`].
 
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -29,6 +30,8 @@ pub struct Plugin {
     settings: OnceLock<Settings>,
     option: AtomicU32,
     step: OnceLock<StepOutcome>,
+    /// task_post_fork's attempt at the step directory: `Some(dir)` written, `None` failed.
+    step_dir: OnceLock<Option<PathBuf>>,
 }
 
 impl Plugin {
@@ -37,6 +40,7 @@ impl Plugin {
             settings: OnceLock::new(),
             option: AtomicU32::new(NOT_GIVEN),
             step: OnceLock::new(),
+            step_dir: OnceLock::new(),
         }
     }
 
@@ -92,6 +96,20 @@ impl Plugin {
 
     pub fn set_step(&self, outcome: StepOutcome) {
         let _ = self.step.set(outcome);
+    }
+
+    /// Whether task_post_fork already tried to write the step directory.
+    pub fn step_dir_tried(&self) -> bool {
+        self.step_dir.get().is_some()
+    }
+
+    /// The step directory written for this step (exit removes it).
+    pub fn step_dir(&self) -> Option<&Path> {
+        self.step_dir.get().and_then(|d| d.as_deref())
+    }
+
+    pub fn set_step_dir(&self, written: Option<PathBuf>) {
+        let _ = self.step_dir.set(written);
     }
 }
 

@@ -6,12 +6,16 @@
 //! task count. The solver turns them into one binding per local rank.
 
 use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{self, Plan, StepRequest};
 
+use crate::fabric_env::{self, StepFabric};
 use crate::host::Host;
 use crate::mode::Resolved;
+use crate::run_dir;
+use crate::settings::Settings;
 
 /// Steps at or above this id are Slurm's own (batch script, extern, interactive):
 /// they are not a user's parallel step and are left alone.
@@ -51,8 +55,9 @@ pub struct StepPlan {
     pub step_id: u32,
     /// The job owner, for the slurmd log.
     pub uid: Option<u32>,
-    /// The vendor fabric environment for the step (node-wide and per rank).
-    pub fabric: Option<gpu_affinity::fabric::Env>,
+    /// The vendor fabric environment for the step (node-wide and per rank), the NCCL
+    /// topology file to generate and step-wide fabric warnings.
+    pub fabric: StepFabric,
 }
 
 impl StepPlan {
@@ -187,11 +192,22 @@ pub struct StepFacts {
     pub uid: Option<u32>,
 }
 
-/// Solve the step. Problems that stop planning become `Refused` (strict) or
-/// `Unplanned` (prefer).
+/// What the fabric environment is rendered from, besides the machine and the plan.
+pub struct FabricSetup<'a> {
+    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
+    /// admin's are unusable).
+    pub profiles: Profiles,
+    pub settings: &'a Settings,
+    /// Warnings from loading the profiles, shown like the fabric's own.
+    pub warnings: Vec<String>,
+}
+
+/// Solve the step and render its fabric environment. Problems that stop planning become
+/// `Refused` (strict) or `Unplanned` (prefer).
 pub fn plan_step(
     machine: Machine,
     facts: StepFacts,
+    fabric: FabricSetup<'_>,
     existing_env: &dyn Fn(&str) -> Option<String>,
 ) -> StepOutcome {
     let Some(mode) = facts.resolved.choice.solver_mode() else {
@@ -222,7 +238,16 @@ pub fn plan_step(
         mode,
     };
     let plan = solver::solve(&machine, &request);
-    let fabric = crate::fabric_env::step_env(&machine, &plan, existing_env);
+    let topology_dir = run_dir::step_dir(&fabric.settings.run_dir, facts.job_id, facts.step_id);
+    let mut step_fabric = fabric_env::step_env(
+        &machine,
+        &plan,
+        &fabric.profiles,
+        fabric.settings,
+        &topology_dir,
+        existing_env,
+    );
+    step_fabric.warnings.splice(0..0, fabric.warnings);
     let cuda_ids = gpus.into_iter().zip(facts.gpus.cuda).collect();
     StepOutcome::Planned(Box::new(StepPlan {
         resolved: facts.resolved,
@@ -233,7 +258,7 @@ pub fn plan_step(
         job_id: facts.job_id,
         step_id: facts.step_id,
         uid: facts.uid,
-        fabric,
+        fabric: step_fabric,
     }))
 }
 

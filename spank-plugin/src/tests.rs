@@ -9,6 +9,7 @@ use gpu_affinity::solver::{Mode, NicRef, Plan, RankPlan, Violation, ViolationKin
 
 use crate::apply::{Task, apply_rank};
 use crate::dispatch::{Hook, dispatch};
+use crate::fabric_env::StepFabric;
 use crate::fake::{FakeHost, FakeOs};
 use crate::host::{Context, MemPolicy};
 use crate::logger::{self, SlurmLevel};
@@ -147,15 +148,25 @@ fn step_plan(choice: Choice, live: bool, cuda: [&str; 2]) -> StepPlan {
         job_id: 42,
         step_id: 0,
         uid: Some(1000),
-        fabric: None,
+        fabric: StepFabric::default(),
     }
 }
 
+fn uid() -> u32 {
+    nix::unistd::getuid().as_raw()
+}
+
+/// slurmstepd's plugin after init with these plugstack arguments. Unless named, the
+/// admin profiles come from a directory that does not exist, so the host's own
+/// /etc/gpu-affinity cannot leak into a test; root-side files must be this user's.
 fn remote_plugin(args: &[&str]) -> Plugin {
     let plugin = Plugin::new();
     let host = FakeHost::new(Context::Remote);
-    let argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    crate::init::init_with_config(&plugin, &host, &argv, Path::new("/nonexistent.toml"), 0)
+    let mut argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if !args.iter().any(|a| a.starts_with("profiles_dir=")) {
+        argv.push("profiles_dir=/nonexistent/gpu-affinity/profiles.d".into());
+    }
+    crate::init::init_with_config(&plugin, &host, &argv, Path::new("/nonexistent.toml"), uid())
         .expect("init");
     plugin
 }
@@ -820,6 +831,7 @@ fn hook_names_are_slurms() {
         Hook::Init,
         Hook::InitPostOpt,
         Hook::UserInit,
+        Hook::TaskPostFork,
         Hook::TaskInit,
         Hook::Exit,
     ]
@@ -827,8 +839,17 @@ fn hook_names_are_slurms() {
     .to_vec();
     assert_eq!(
         names,
-        ["init", "init_post_opt", "user_init", "task_init", "exit"]
+        [
+            "init",
+            "init_post_opt",
+            "user_init",
+            "task_post_fork",
+            "task_init",
+            "exit"
+        ]
     );
+    #[cfg(feature = "panic-test")]
+    assert_eq!(names, crate::settings::PANIC_HOOKS);
 }
 
 #[cfg(feature = "panic-test")]
@@ -860,50 +881,121 @@ fn test_panic_panics_in_the_named_remote_hook_and_the_guard_contains_it() {
 
 // ---- end to end over real machine descriptions ---------------------------------------
 
-/// A catalog machine written as a sysfs tree, read back by the core's sysfs reader, an
-/// 8-task strict step planned in user_init and applied in every task_init.
+/// One node of a full-node step over a catalog machine: the machine written as a sysfs
+/// tree and read back by the core's sysfs reader, a private run_dir, the plugin after
+/// init and user_init, and the step's host.
+struct NodeStep {
+    _fixture: tempfile::TempDir,
+    run: tempfile::TempDir,
+    machine: Machine,
+    plugin: Plugin,
+    host: FakeHost,
+    os: FakeOs,
+}
+
+impl NodeStep {
+    /// `args`: extra plugstack arguments; `env`: the user's own job environment.
+    fn new(name: &str, choice: &str, args: &[String], env: &[(&str, &str)]) -> NodeStep {
+        let catalog = gpu_affinity::catalog::machine(name).expect("catalog machine");
+        let fixture = tempfile::tempdir().expect("tempdir");
+        gpu_affinity::sources::fixture::write_fixture(&catalog, fixture.path()).expect("fixture");
+        let machine = crate::topology::read_machine(fixture.path()).expect("sysfs reader");
+        let gpu_count = machine.gpus.len();
+        assert_eq!(gpu_count, 8, "{name}");
+
+        let run = tempfile::tempdir().expect("run_dir");
+        let mut argv = vec![
+            format!("sysfs_root={}", fixture.path().display()),
+            format!("run_dir={}", run.path().join("gpu-affinity").display()),
+        ];
+        argv.extend(args.iter().cloned());
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let plugin = remote_plugin(&argv);
+        options::on_option(&plugin, Some(choice), true).expect("mode");
+        let ids: Vec<String> = (0..gpu_count).map(|i| i.to_string()).collect();
+        let ids = ids.join(",");
+        let mut host =
+            gpu_host(&[("SLURM_STEP_GPUS", &ids), ("CUDA_VISIBLE_DEVICES", &ids)]).with_env(env);
+        host.local_tasks = gpu_count as u32;
+        let units = if machine.cores.is_empty() {
+            machine.cpus().len()
+        } else {
+            machine.cores.len()
+        };
+        host.alloc_cores = Some(format!("0-{}", units - 1));
+        let numa: Vec<u32> = machine.numa_nodes.iter().map(|n| n.id).collect();
+        let os = FakeOs::new(Ok(machine.clone()), &machine.cpus().to_string(), &numa);
+        dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+        NodeStep {
+            _fixture: fixture,
+            run,
+            machine,
+            plugin,
+            host,
+            os,
+        }
+    }
+
+    fn planned(&self) -> &StepPlan {
+        match self.plugin.step() {
+            Some(StepOutcome::Planned(p)) => p,
+            other => panic!("not planned: {other:?}"),
+        }
+    }
+
+    /// slurmstepd after the fork: task_post_fork for every task (it writes once).
+    fn post_fork(&self) {
+        for local in 0..self.host.local_tasks {
+            dispatch(
+                &self.plugin,
+                Hook::TaskPostFork,
+                &self.host.task(local, local),
+                &self.os,
+                &[],
+            )
+            .expect("task_post_fork");
+        }
+    }
+
+    fn task(&self, local: u32) -> Result<FakeHost, crate::guard::Failure> {
+        let t = self.host.task(local, 100 + local);
+        dispatch(&self.plugin, Hook::TaskInit, &t, &self.os, &[]).map(|()| t)
+    }
+
+    /// task_init of a task that must fail, with its one line.
+    fn refused(&self, local: u32) -> crate::guard::Failure {
+        match self.task(local) {
+            Ok(_) => panic!("task {local} was not refused"),
+            Err(f) => f,
+        }
+    }
+}
+
+/// An 8-task strict step planned in user_init and applied in every task_init.
 fn full_node_step(name: &str) {
-    let catalog = gpu_affinity::catalog::machine(name).expect("catalog machine");
-    let dir = tempfile::tempdir().expect("tempdir");
-    gpu_affinity::sources::fixture::write_fixture(&catalog, dir.path()).expect("fixture");
-    let machine = crate::topology::read_machine(dir.path()).expect("sysfs reader");
+    let node = NodeStep::new(name, "strict", &[], &[]);
+    let NodeStep {
+        machine,
+        plugin,
+        os,
+        ..
+    } = &node;
     let gpu_count = machine.gpus.len();
-    assert_eq!(gpu_count, 8, "{name}");
-
-    let root = format!("sysfs_root={}", dir.path().display());
-    let plugin = remote_plugin(&[root.as_str()]);
-    options::on_option(&plugin, Some("strict"), true).expect("strict");
-    let ids: Vec<String> = (0..gpu_count).map(|i| i.to_string()).collect();
-    let ids = ids.join(",");
-    let mut host = gpu_host(&[("SLURM_STEP_GPUS", &ids), ("CUDA_VISIBLE_DEVICES", &ids)]);
-    host.local_tasks = gpu_count as u32;
-    let units = if machine.cores.is_empty() {
-        machine.cpus().len()
-    } else {
-        machine.cores.len()
-    };
-    host.alloc_cores = Some(format!("0-{}", units - 1));
-    let numa: Vec<u32> = machine.numa_nodes.iter().map(|n| n.id).collect();
-    let os = FakeOs::new(Ok(machine.clone()), &machine.cpus().to_string(), &numa);
-
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
     assert_eq!(
         os.reads.borrow().len(),
         1,
         "the topology is read once per step"
     );
-    match plugin.step() {
-        Some(StepOutcome::Planned(p)) => assert!(
-            p.plan.violations.is_empty(),
-            "{name}: {:?}",
-            p.plan.violations
-        ),
-        other => panic!("{name}: {other:?}"),
-    }
+    let planned = node.planned();
+    assert!(
+        planned.plan.violations.is_empty(),
+        "{name}: {:?}",
+        planned.plan.violations
+    );
+    node.post_fork();
     let mut seen_gpus = Vec::new();
     for local in 0..gpu_count as u32 {
-        let t = host.task(local, 100 + local);
-        dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
+        let t = node.task(local).expect("task_init");
         let gpu: PciAddr = t
             .var("GPU_AFFINITY_GPUS")
             .expect("gpus")
@@ -922,15 +1014,15 @@ fn full_node_step(name: &str) {
             Some(minor.to_string()),
             "{name}"
         );
-        let node = machine.numa_of(gpu).expect("GPU NUMA node");
+        let numa = machine.numa_of(gpu).expect("GPU NUMA node");
         assert_eq!(
             t.var("GPU_AFFINITY_MEMS"),
-            Some(node.to_string()),
+            Some(numa.to_string()),
             "{name} {gpu}"
         );
-        assert_eq!(*os.policy.borrow(), (MemPolicy::Bind, vec![node]));
+        assert_eq!(*os.policy.borrow(), (MemPolicy::Bind, vec![numa]));
         let applied = cpus(&t.var("GPU_AFFINITY_CPUS").expect("cpus"));
-        let node_cpus = &machine.numa_node(node).expect("node").cpus;
+        let node_cpus = &machine.numa_node(numa).expect("node").cpus;
         assert!(
             !applied.is_empty() && applied.is_subset(node_cpus),
             "{name} {gpu}: {applied} vs {node_cpus}"
@@ -946,7 +1038,7 @@ fn full_node_step(name: &str) {
                 .expect("NIC in model");
             assert_eq!(
                 machine.numa_of(nic.pci),
-                Some(node),
+                Some(numa),
                 "{name}: {nic_name} is not near {gpu}"
             );
         }
@@ -955,14 +1047,17 @@ fn full_node_step(name: &str) {
             .filter_map(|n| machine.nics.iter().find(|x| x.name() == Some(n)))
             .map(|n| n.ports.len().max(1))
             .sum();
-        // The vendor profile's NCCL environment rides along (issue 4's fabric module).
-        assert!(
-            t.env.borrow().keys().any(|k| k.starts_with("NCCL_")),
-            "{name}: no NCCL_* exported"
+        // The vendor profile's NCCL environment rides along, identical on every rank.
+        let hca = t.var("NCCL_IB_HCA").expect("NCCL_IB_HCA");
+        assert_eq!(
+            Some(&hca),
+            node.task(0).expect("rank 0").var("NCCL_IB_HCA").as_ref(),
+            "{name}"
         );
         let ucx = t.var("UCX_NET_DEVICES").expect("ucx");
         assert_eq!(ucx.split(',').count(), ports, "{name}: {ucx}");
     }
+    dispatch(plugin, Hook::Exit, &node.host, os, &[]).expect("exit");
 }
 
 #[test]
@@ -973,4 +1068,307 @@ fn azure_nd_h100_v5_full_node_binds_every_rank_near_its_gpu() {
 #[test]
 fn oci_bm_gpu_h100_8_full_node_binds_every_rank_near_its_gpu() {
     full_node_step("bm.gpu.h100.8");
+}
+
+// ---- the fabric environment: one facade with explain ---------------------------------
+
+const AZURE: &str = "standard_nd96isr_h100_v5";
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v.dedup();
+    v
+}
+
+#[test]
+fn azure_gets_a_generated_nccl_topology_that_describes_the_node() {
+    let node = NodeStep::new(AZURE, "strict", &[], &[]);
+    let topology = node
+        .planned()
+        .fabric
+        .topology
+        .clone()
+        .expect("the vendor file is absent: a topology is generated");
+    let step_dirs = node.run.path().join("gpu-affinity");
+    assert_eq!(topology.dir.parent(), Some(step_dirs.as_path()));
+    assert!(
+        !topology.file.exists(),
+        "user_init (as the user) writes nothing"
+    );
+
+    node.post_fork();
+    let text = std::fs::read_to_string(&topology.file).expect("written by task_post_fork");
+    for local in 0..8 {
+        let t = node.task(local).expect("task_init");
+        assert_eq!(
+            t.var("NCCL_TOPO_FILE").as_deref(),
+            topology.file.to_str(),
+            "rank {local}"
+        );
+    }
+    // NCCL reads back the node it was written from: the same GPUs and fabric NICs.
+    let parsed = gpu_affinity::sources::nccl_xml::parse(&text).expect("NCCL topology XML");
+    let gpus = |m: &Machine| sorted(m.gpus.iter().map(|g| g.pci).collect());
+    assert_eq!(gpus(&parsed), gpus(&node.machine));
+    let ib = |m: &Machine| {
+        sorted(
+            m.nics
+                .iter()
+                .filter(|n| n.kind == NicKind::Infiniband)
+                .map(|n| n.pci)
+                .collect(),
+        )
+    };
+    assert_eq!(ib(&parsed).len(), 8);
+    assert_eq!(ib(&parsed), ib(&node.machine));
+    for gpu in &node.machine.gpus {
+        assert_eq!(
+            parsed.numa_of(gpu.pci),
+            node.machine.numa_of(gpu.pci),
+            "{}",
+            gpu.pci
+        );
+    }
+
+    // slurm_spank_exit removes the step directory, and only it.
+    dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
+    assert!(!topology.dir.exists());
+    assert!(step_dirs.is_dir());
+}
+
+#[test]
+fn the_users_nccl_topo_file_wins_and_nothing_is_generated() {
+    let node = NodeStep::new(
+        AZURE,
+        "strict",
+        &[],
+        &[("NCCL_TOPO_FILE", "/home/me/topo.xml")],
+    );
+    assert!(node.planned().fabric.topology.is_none());
+    node.post_fork();
+    let t = node.task(0).expect("task_init");
+    assert_eq!(
+        t.var("NCCL_TOPO_FILE").as_deref(),
+        Some("/home/me/topo.xml")
+    );
+    assert_eq!(
+        std::fs::read_dir(node.run.path()).expect("run").count(),
+        0,
+        "no step directory"
+    );
+}
+
+/// A root-owned config file (this user's, in tests) with `[fabric]` settings.
+fn config_file(dir: &Path, text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("config.toml");
+    std::fs::write(&path, text).expect("write config");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    format!("config={}", path.display())
+}
+
+#[test]
+fn a_users_nccl_ib_hca_wins_unless_the_admin_forces_it() {
+    let user = [("NCCL_IB_HCA", "mlx5_7")];
+    let node = NodeStep::new(AZURE, "strict", &[], &user);
+    node.post_fork();
+    let profile_hca = {
+        let v = node
+            .planned()
+            .fabric
+            .env
+            .node
+            .get("NCCL_IB_HCA")
+            .expect("rendered");
+        assert!(!v.to_export(), "user_set");
+        v.value.clone()
+    };
+    for local in 0..8 {
+        let t = node.task(local).expect("task_init");
+        assert_eq!(t.var("NCCL_IB_HCA").as_deref(), Some("mlx5_7"));
+        // The rest of the profile is still exported.
+        assert!(t.var("NCCL_TOPO_FILE").is_some());
+    }
+    assert_eq!(profile_hca, "mlx5_7");
+
+    let conf = tempfile::tempdir().expect("tempdir");
+    let config = config_file(conf.path(), "[fabric]\nforce = [\"NCCL_IB_HCA\"]\n");
+    let forced = NodeStep::new(AZURE, "strict", &[config], &user);
+    forced.post_fork();
+    let t = forced.task(3).expect("task_init");
+    let hca = t.var("NCCL_IB_HCA").expect("forced");
+    assert_ne!(hca, "mlx5_7");
+    // The node's fabric devices, never a per-rank list.
+    for nic in forced
+        .machine
+        .nics
+        .iter()
+        .filter(|n| n.kind == NicKind::Infiniband)
+    {
+        let rdma = nic.rdma.as_deref().expect("rdma name");
+        assert!(hca.contains(rdma), "{rdma} not in {hca}");
+    }
+}
+
+#[test]
+fn a_bad_force_list_is_a_load_error_naming_it() {
+    let conf = tempfile::tempdir().expect("tempdir");
+    for (text, needle) in [
+        ("[fabric]\nforce = [\"NCCL IB\"]\n", "force = 'NCCL IB'"),
+        (
+            "[fabric]\nforce = [\"CUDA_VISIBLE_DEVICES\"]\n",
+            "force = 'CUDA_VISIBLE_DEVICES'",
+        ),
+        ("[fabric]\nforced = [\"NCCL_IB_HCA\"]\n", "forced"),
+    ] {
+        let config = config_file(conf.path(), text);
+        let plugin = Plugin::new();
+        let host = FakeHost::new(Context::Remote);
+        let err = crate::init::init_with_config(
+            &plugin,
+            &host,
+            &[config],
+            Path::new("/nonexistent.toml"),
+            uid(),
+        )
+        .expect_err(text);
+        assert!(err.0.contains(needle), "{text}: {err}");
+    }
+}
+
+/// An admin profiles.d with one file, root's (this user's) and 0644.
+fn profiles_dir(text: &str) -> (tempfile::TempDir, String, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().join("profiles.d");
+    std::fs::create_dir(&d).expect("mkdir");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let file = d.join("azure-ndv5.toml");
+    std::fs::write(&file, text).expect("write");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let arg = format!("profiles_dir={}", d.display());
+    (dir, arg, file.display().to_string())
+}
+
+/// Line 7 has a number where a string belongs.
+const MALFORMED: &str = "description = \"site\"\n[match]\nvendor = \"azure\"\n\n[[env]]\nkey = \"NCCL_IB_TC\"\nvalue = 3\nsource = \"site\"\n";
+
+#[test]
+fn a_malformed_admin_profile_refuses_the_step_under_strict_naming_file_and_line() {
+    let (_keep, arg, file) = profiles_dir(MALFORMED);
+    logger::take();
+    let node = NodeStep::new(AZURE, "strict", &[arg], &[]);
+    let errors: Vec<String> = logger::take()
+        .into_iter()
+        .filter(|(l, _)| *l == SlurmLevel::Error)
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(&format!("gpu-affinity: profile {file}:7: ")),
+        "{errors:?}"
+    );
+    assert!(matches!(
+        node.plugin.step(),
+        Some(StepOutcome::Refused { .. })
+    ));
+    let err = node.refused(2);
+    assert!(
+        err.0
+            .starts_with(&format!("gpu-affinity: rank 102: profile {file}:7: "))
+            && err
+                .0
+                .ends_with("; use --gpu-affinity=prefer or drain this node"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_malformed_admin_profile_under_prefer_falls_back_to_the_built_in_ones_with_a_warning() {
+    let (_keep, arg, file) = profiles_dir(MALFORMED);
+    let node = NodeStep::new(AZURE, "prefer", &[arg], &[]);
+    node.post_fork();
+    logger::take();
+    let t = node.task(0).expect("prefer runs");
+    assert!(t.var("NCCL_IB_HCA").is_some(), "built-in profile applied");
+    let warned = node.os.stderr.borrow();
+    assert!(
+        warned
+            .iter()
+            .any(|l| l.starts_with("gpu-affinity: warning: profile ")
+                && l.contains(&format!("{file}:7: "))
+                && l.ends_with("; using the built-in fabric profiles")),
+        "{warned:?}"
+    );
+}
+
+#[test]
+fn an_admin_profile_replaces_the_built_in_one() {
+    let text = "description = \"site\"\n[match]\nvendor = \"azure\"\nfamily = [\"ndv5\"]\n\n[[env]]\nkey = \"NCCL_IB_TC\"\nvalue = \"106\"\nsource = \"site network team\"\n";
+    let (_keep, arg, _) = profiles_dir(text);
+    let node = NodeStep::new(AZURE, "strict", &[arg], &[]);
+    node.post_fork();
+    let t = node.task(0).expect("task_init");
+    assert_eq!(t.var("NCCL_IB_TC").as_deref(), Some("106"));
+    assert_eq!(
+        t.var("NCCL_IB_HCA"),
+        None,
+        "the site's profile sets only TC"
+    );
+}
+
+#[test]
+fn an_admin_profiles_dir_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let (keep, arg, _) = profiles_dir(MALFORMED);
+    let d = keep.path().join("profiles.d");
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let node = NodeStep::new(AZURE, "strict", &[arg], &[]);
+    let err = node.refused(0);
+    assert!(
+        err.0.contains("profiles directory")
+            && err.0.contains("writable by group or others (mode 0777)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_unwritable_topology_file_refuses_strict_and_is_left_unset_under_prefer() {
+    for choice in ["strict", "prefer"] {
+        let node = NodeStep::new(AZURE, choice, &[], &[]);
+        // Someone else's run_dir: slurmstepd must not write through it.
+        let run_dir = node.run.path().join("gpu-affinity");
+        let elsewhere = node.run.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).expect("mkdir");
+        std::os::unix::fs::symlink(&elsewhere, &run_dir).expect("symlink");
+        logger::take();
+        node.post_fork();
+        let logs = logger::take();
+        assert!(
+            logs.iter().any(|(l, t)| *l == SlurmLevel::Error
+                && t.contains("cannot write the NCCL topology file")),
+            "{logs:?}"
+        );
+        assert_eq!(std::fs::read_dir(&elsewhere).expect("dir").count(), 0);
+        match choice {
+            "strict" => {
+                let err = node.refused(1);
+                assert!(err.0.contains("was not written"), "{err}");
+            }
+            _ => {
+                let t = node.task(0).expect("prefer runs");
+                assert_eq!(t.var("NCCL_TOPO_FILE"), None);
+                assert!(t.var("NCCL_IB_HCA").is_some());
+                assert!(
+                    node.os
+                        .stderr
+                        .borrow()
+                        .iter()
+                        .any(|l| l.contains("NCCL_TOPO_FILE left unset"))
+                );
+            }
+        }
+        dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
+        assert!(run_dir.is_symlink(), "exit removes only what it wrote");
+    }
 }

@@ -1,12 +1,15 @@
 //! `slurm_spank_user_init` in slurmstepd: decide the step's binding once, before any task
 //! is forked (the forked tasks inherit the result).
 
+use gpu_affinity::fabric::profiles::Profiles;
+
+use crate::fabric_env;
 use crate::guard::Failure;
 use crate::host::{Host, Os};
 use crate::mode::{Choice, resolve};
 use crate::options::user_choice;
 use crate::state::Plugin;
-use crate::step::{self, FIRST_SPECIAL_STEP, StepFacts, StepOutcome};
+use crate::step::{self, FIRST_SPECIAL_STEP, FabricSetup, StepFacts, StepOutcome};
 
 pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
     let outcome = decide(plugin, host, os);
@@ -62,6 +65,28 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
             return step::unplannable(resolved, format!("this node's topology is unknown ({e})"));
         }
     };
+    // An admin profile that cannot be used is the admin's to fix: strict refuses the
+    // step with the reason, prefer carries on with the built-in profiles.
+    let fabric = match fabric_env::load_profiles(&settings.profiles_dir, settings.owner) {
+        Ok(profiles) => FabricSetup {
+            profiles,
+            settings: &settings,
+            warnings: Vec::new(),
+        },
+        Err(reason) => {
+            log::error!("gpu-affinity: {reason}");
+            if resolved.choice == Choice::Strict {
+                return StepOutcome::Refused { reason };
+            }
+            FabricSetup {
+                profiles: Profiles::builtin(),
+                settings: &settings,
+                warnings: vec![format!(
+                    "gpu-affinity: warning: {reason}; using the built-in fabric profiles"
+                )],
+            }
+        }
+    };
     let gpus_per_task = host
         .getenv("SLURM_GPUS_PER_TASK")
         .ok()
@@ -79,5 +104,7 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         step_id,
         uid: host.job_uid().ok(),
     };
-    step::plan_step(machine, facts, &|name| host.getenv(name).ok().flatten())
+    step::plan_step(machine, facts, fabric, &|name| {
+        host.getenv(name).ok().flatten()
+    })
 }
