@@ -1,1 +1,246 @@
-//! placeholder (being written)
+//! `gpu_affinity.so`: the gpu-affinity SPANK plugin.
+//!
+//! Binds every task of a GPU step to its GPU(s), the fabric NIC(s) nearest them and the
+//! cores and memory of their NUMA node, following the plan of `gpu_affinity::solver`.
+//!
+//! # For users
+//!
+//! `srun|sbatch|salloc --gpu-affinity=MODE[,verbose]`, or the environment twin
+//! `SLURM_GPU_AFFINITY=MODE[,verbose]` (batch scripts, slurmrestd); the option wins.
+//!
+//! * `strict`: a task whose binding has a problem fails before exec, with one line on
+//!   srun's stderr naming the rank, what is wrong and what to do, e.g.
+//!   `gpu-affinity: rank 3: GPU 0000:8a:00.0 has no fabric NIC on its PCIe switch or NUMA node; use --gpu-affinity=prefer or drain this node`.
+//! * `prefer`: the best plan is applied; problems are warned about once per step.
+//! * `off`: nothing is read or changed.
+//! * `,verbose` (the documented verbose switch): each task prints its binding on its
+//!   own stderr before exec, e.g.
+//!   `gpu-affinity: rank 0 (local 0): mode strict GPUs 0000:18:00.0 (CUDA 0) NICs mlx5_0 CPUs 0-23 NUMA 0`.
+//!
+//! A step without GPUs is left alone in every mode, as are Slurm's batch, extern and
+//! interactive steps. Each bound task gets:
+//!
+//! | variable | value |
+//! |---|---|
+//! | `CUDA_VISIBLE_DEVICES` | the rank's GPUs, in the step's own convention (global ids, or local ids under device confinement) |
+//! | `CUDA_DEVICE_ORDER` | `PCI_BUS_ID` |
+//! | `UCX_NET_DEVICES` | the rank's NICs as `mlx5_0:1,...` (only when it has NICs) |
+//! | `GPU_AFFINITY_MODE` | `strict` or `prefer` |
+//! | `GPU_AFFINITY_GPUS` | PCI addresses of the rank's GPUs |
+//! | `GPU_AFFINITY_NICS` | RDMA (or netdev) names of the rank's NICs |
+//! | `GPU_AFFINITY_CPUS` | the CPU mask as applied (read back), cpulist |
+//! | `GPU_AFFINITY_MEMS` | NUMA nodes the memory policy was applied to (`strict`: bind, `prefer`: preferred) |
+//!
+//! plus the vendor fabric environment of the node's profile (NCCL_IB_HCA, NCCL_TOPO_FILE,
+//! FI_*, ...; node-wide values identical on every rank, and the rank's own), computed by
+//! `gpu_affinity::fabric::step_fabric` exactly as `gpu-affinity explain` shows it. A
+//! variable already in the user's environment is left alone unless the admin forces it.
+//!
+//! # For admins (plugstack.conf)
+//!
+//! `required /usr/lib64/slurm/gpu_affinity.so [config=PATH] [sysfs_root=DIR] [default=off|prefer|strict] [enforce=prefer|strict] [profiles_dir=DIR] [run_dir=DIR]`
+//!
+//! Arguments are strict `key=value`; an unknown key or bad value is a load error naming
+//! it. `config` (default `/etc/gpu-affinity/config.toml` when present) must be owned by
+//! root and not writable by group or others. Its `[plugin]` table may set `default`,
+//! `enforce`, `sysfs_root` and `run_dir`; its `[fabric]` table `force` (variables
+//! exported even when the user set them, e.g. `force = ["NCCL_IB_HCA"]`) and
+//! `profiles_dir`. Plugstack arguments win; unknown keys in either table are errors.
+//! `enforce` is a floor: a user's lower mode is raised, with an info line. Root-side
+//! inputs never come from the user's environment. With a `sysfs_root` other than `/`
+//! (tests, replayed dumps), NUMA nodes the running kernel lacks are reported as not
+//! applied instead of failing, and a profile's vendor NCCL topology file is looked up
+//! under that root.
+//!
+//! * `profiles_dir` (default `/etc/gpu-affinity/profiles.d`): admin fabric profiles
+//!   (`*.toml`) on top of the built-in ones; a missing directory is none. The directory
+//!   and its files must be root's and not writable by group or others, and readable by
+//!   job users (the step is planned with the user's privileges). A malformed or
+//!   untrusted profile is one error line naming file and line; `strict` steps are
+//!   refused with it, `prefer` steps use the built-in profiles and warn.
+//! * `run_dir` (default `/run/gpu-affinity`): where slurmstepd writes, as root, the NCCL
+//!   topology generated for a step whose profile needs one and whose node lacks a fitting
+//!   vendor file: `run_dir/job<JOBID>.<STEPID>.<slurmstepd pid>/nccl-topo.xml` (0755 /
+//!   0644, never through a symlink), removed when the step ends. `run_dir` is created
+//!   0755 when absent; an existing one must be root's, not writable by others and
+//!   searchable by job users.
+//!
+//! Test builds (`--features panic-test`) also accept `test_panic=HOOK` (init,
+//! init_post_opt, user_init, task_post_fork, task_init, exit): slurmstepd panics inside
+//! that hook, and the guard must turn it into a failed hook.
+//!
+//! # Structure
+//!
+//! `build.rs` binds the installed `<slurm/spank.h>`; `spank.rs` wraps it as a [`host::Host`];
+//! one file per SPANK context (`init.rs`, `init_post_opt.rs`, `user_init.rs`,
+//! `task_post_fork.rs`, `task_init.rs`, `exit.rs`) behind `dispatch.rs`; every export
+//! runs in `guard::run`. `fabric_env.rs` loads the profiles and calls the core's fabric
+//! facade; `run_dir.rs` owns the per-step files.
+
+mod apply;
+mod dispatch;
+mod exit;
+mod fabric_env;
+#[allow(dead_code)]
+mod ffi;
+mod guard;
+mod host;
+mod init;
+mod init_post_opt;
+mod logger;
+mod mode;
+mod options;
+mod os;
+mod run_dir;
+mod settings;
+#[cfg(not(test))]
+mod spank;
+mod state;
+mod step;
+mod task_init;
+mod task_post_fork;
+mod topology;
+mod user_init;
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
+
+use std::os::raw::{c_char, c_int, c_uint};
+
+use crate::state::Plugin;
+
+/// The plugin's state for this process (srun, sbatch or one step's slurmstepd).
+static PLUGIN: Plugin = Plugin::new();
+
+// Slurm's plugin loader reads these as data symbols: arrays, not pointers.
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 13] = *b"gpu_affinity\0";
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+/// Must match the running Slurm's major.minor: one build per Slurm series.
+#[unsafe(no_mangle)]
+pub static plugin_version: c_uint = ffi::SLURM_VERSION_NUMBER as c_uint;
+#[unsafe(no_mangle)]
+pub static spank_plugin_version: c_uint = 1;
+
+/// The `--gpu-affinity` callback (srun/sbatch: remote = 0; slurmstepd: remote = 1).
+#[cfg_attr(test, allow(dead_code))]
+pub(crate) unsafe extern "C" fn option_callback(
+    _val: c_int,
+    optarg: *const c_char,
+    remote: c_int,
+) -> c_int {
+    guard::run("option", || {
+        let value = if optarg.is_null() {
+            None
+        } else {
+            // SAFETY: Slurm passes a NUL-terminated argument valid for the call.
+            Some(
+                unsafe { std::ffi::CStr::from_ptr(optarg) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
+        options::on_option(&PLUGIN, value.as_deref(), remote != 0)
+    })
+}
+
+#[cfg(not(test))]
+mod exports {
+    use super::*;
+    use crate::dispatch::{Hook, dispatch};
+    use crate::ffi::spank_t;
+    use crate::os::LiveOs;
+    use crate::spank::SpankHost;
+
+    /// One guarded entry for every hook.
+    unsafe fn hook(hook: Hook, sp: spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+        guard::run(hook.name(), || {
+            // SAFETY: `av` holds `ac` NUL-terminated plugstack arguments for this call.
+            let argv = unsafe { args(ac, av) };
+            // SAFETY: `sp` is this hook's handle and is used only inside it.
+            let host = unsafe { SpankHost::new(sp) };
+            dispatch(&PLUGIN, hook, &host, &LiveOs, &argv)
+        })
+    }
+
+    unsafe fn args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
+        if av.is_null() {
+            return Vec::new();
+        }
+        (0..usize::try_from(ac).unwrap_or(0))
+            .filter_map(|i| {
+                // SAFETY: i < ac, and Slurm's argv has ac entries.
+                let p = unsafe { *av.add(i) };
+                // SAFETY: each non-NULL entry is a NUL-terminated string.
+                (!p.is_null()).then(|| {
+                    unsafe { std::ffi::CStr::from_ptr(p) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            })
+            .collect()
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_init(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::Init, sp, ac, av) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_init_post_opt(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::InitPostOpt, sp, ac, av) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_user_init(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::UserInit, sp, ac, av) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_task_post_fork(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::TaskPostFork, sp, ac, av) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_task_init(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::TaskInit, sp, ac, av) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_exit(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::Exit, sp, ac, av) }
+    }
+}

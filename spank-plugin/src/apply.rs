@@ -1,0 +1,365 @@
+//! One local rank's part of the plan, applied to the task being set up (task_init).
+//!
+//! Order: refuse first (strict with a violation for this rank), then CPU mask, memory
+//! policy, environment; then read mask and policy back, since a cgroup cpuset or a
+//! kernel without the planned NUMA node can silently narrow what was set.
+
+use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::solver::{RankPlan, Violation};
+
+use crate::fabric_env;
+use crate::guard::Failure;
+use crate::host::{Host, MemPolicy, Os};
+use crate::mode::Choice;
+use crate::os::list;
+use crate::run_dir;
+use crate::step::{StepPlan, join};
+
+/// The advice every strict refusal ends with.
+pub const ADVICE: &str = "use --gpu-affinity=prefer or drain this node";
+
+/// A prefer-mode warning: Slurm's info level does not reach srun from a task hook, so
+/// the line also goes to the task's own stderr, where the user reads their output.
+pub fn warn_user(os: &dyn Os, line: &str) {
+    log::warn!("{line}");
+    os.task_stderr(line);
+}
+
+/// Which task is being set up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// S_TASK_ID: index on this node; the plan's rank number.
+    pub local: u32,
+    /// S_TASK_GLOBAL_ID: the rank users see.
+    pub global: u32,
+}
+
+/// The strict refusal line: `gpu-affinity: rank 3: <what is wrong>; use ...`.
+pub fn refusal(task: Task, problem: &str) -> Failure {
+    // The solver names ranks by their local index; the line names the global rank.
+    let problem = strip_rank(problem);
+    if problem.contains("--gpu-affinity") {
+        Failure(format!("gpu-affinity: rank {}: {problem}", task.global))
+    } else {
+        Failure(format!(
+            "gpu-affinity: rank {}: {problem}; {ADVICE}",
+            task.global
+        ))
+    }
+}
+
+/// "rank 3: GPU ..." -> "GPU ...".
+fn strip_rank(message: &str) -> &str {
+    message
+        .strip_prefix("rank ")
+        .and_then(|rest| rest.split_once(": "))
+        .filter(|(n, _)| n.chars().all(|c| c.is_ascii_digit()))
+        .map_or(message, |(_, text)| text)
+}
+
+/// What was applied, for the env and the verbose line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    pub cpus: CpuSet,
+    pub mems: Vec<u32>,
+    pub env: Vec<(String, String)>,
+}
+
+fn concerns(v: &Violation, task: Task) -> bool {
+    v.rank.is_none_or(|r| r == task.local)
+}
+
+/// Apply `task`'s binding. `Err` fails the task (strict); in prefer every problem is a
+/// warning and the task runs with what could be applied.
+pub fn apply_rank(
+    step: &StepPlan,
+    task: Task,
+    host: &dyn Host,
+    os: &dyn Os,
+) -> Result<Applied, Failure> {
+    let strict = step.resolved.choice == Choice::Strict;
+    let plan = &step.plan;
+
+    if let Some(v) = plan.violations.iter().find(|v| concerns(v, task)) {
+        return Err(refusal(task, &v.message));
+    }
+    // slurmstepd wrote the generated NCCL topology after forking the tasks: look for it.
+    let topology_missing = step
+        .fabric
+        .topology
+        .as_ref()
+        .filter(|t| !run_dir::is_written(&t.file, t.owner))
+        .map(|t| {
+            format!(
+                "the NCCL topology file {} was not written (see the slurmd log)",
+                t.file.display()
+            )
+        });
+    if strict && let Some(problem) = &topology_missing {
+        return Err(refusal(task, problem));
+    }
+    // The plan's warnings are step-wide news: say them once, from the node's first task.
+    if task.local == 0 {
+        for w in &step.fabric.warnings {
+            warn_user(os, w);
+        }
+        if let Some(problem) = &topology_missing {
+            warn_user(
+                os,
+                &format!("gpu-affinity: warning: {problem}; NCCL_TOPO_FILE left unset"),
+            );
+        }
+        for w in &plan.warnings {
+            let line = match w.rank {
+                Some(r) => format!(
+                    "gpu-affinity: warning: local rank {r}: {}",
+                    strip_rank(&w.message)
+                ),
+                None => format!("gpu-affinity: warning: {}", strip_rank(&w.message)),
+            };
+            warn_user(os, &line);
+        }
+    }
+    let Some(rank) = plan.ranks.iter().find(|r| r.rank == task.local) else {
+        let problem = format!("the plan has no binding for local task {}", task.local);
+        if strict {
+            return Err(refusal(task, &problem));
+        }
+        warn_user(
+            os,
+            &format!(
+                "gpu-affinity: warning: rank {}: {problem}; left unbound",
+                task.global
+            ),
+        );
+        return Ok(Applied {
+            cpus: os.cpu_affinity().unwrap_or_default(),
+            mems: Vec::new(),
+            env: Vec::new(),
+        });
+    };
+
+    let mut problems: Vec<String> = Vec::new();
+    let cpus = apply_cpus(rank, os, &mut problems);
+    let mems = apply_mems(step, rank, strict, os, &mut problems);
+    if strict && let Some(p) = problems.first() {
+        return Err(refusal(task, p));
+    }
+    for p in &problems {
+        warn_user(
+            os,
+            &format!("gpu-affinity: warning: rank {}: {p}", task.global),
+        );
+    }
+
+    let mut env = rank_env(step, rank, &cpus, &mems);
+    if topology_missing.is_some() {
+        env.retain(|(k, _)| k != "NCCL_TOPO_FILE");
+    }
+    for (name, value) in &env {
+        host.setenv(name, value).map_err(|e| {
+            Failure(format!(
+                "gpu-affinity: rank {}: setting {name}: {e}",
+                task.global
+            ))
+        })?;
+    }
+    if step.resolved.verbose {
+        os.task_stderr(&binding_line(step, task, rank, &cpus, &mems));
+    }
+    Ok(Applied { cpus, mems, env })
+}
+
+/// Set the rank's CPU mask and return what the kernel reports back.
+fn apply_cpus(rank: &RankPlan, os: &dyn Os, problems: &mut Vec<String>) -> CpuSet {
+    if rank.cpus.is_empty() {
+        problems.push("the plan names no CPUs for this rank".to_string());
+    } else if let Err(e) = os.set_cpu_affinity(&rank.cpus) {
+        problems.push(format!("cannot bind to CPUs {}: {e}", rank.cpus));
+    }
+    match os.cpu_affinity() {
+        Ok(now) => {
+            if !rank.cpus.is_empty() && now != rank.cpus {
+                problems.push(format!(
+                    "CPU mask reads back as {now}, not the planned {} (a cgroup cpuset may exclude them)",
+                    rank.cpus
+                ));
+            }
+            now
+        }
+        Err(e) => {
+            problems.push(format!("cannot read the CPU mask back: {e}"));
+            CpuSet::new()
+        }
+    }
+}
+
+/// Set the rank's memory policy (strict: bind to its NUMA nodes; prefer: prefer the first)
+/// and return the nodes it applies to. From a replayed topology (`sysfs_root` not `/`),
+/// nodes the running kernel lacks cannot take a policy: they are reported, not failed.
+fn apply_mems(
+    step: &StepPlan,
+    rank: &RankPlan,
+    strict: bool,
+    os: &dyn Os,
+    problems: &mut Vec<String>,
+) -> Vec<u32> {
+    if rank.mems.is_empty() {
+        return Vec::new();
+    }
+    let online = match os.online_numa_nodes() {
+        Ok(n) => n,
+        Err(e) => {
+            problems.push(format!("cannot list the kernel's NUMA nodes: {e}"));
+            return Vec::new();
+        }
+    };
+    let (present, absent): (Vec<u32>, Vec<u32>) =
+        rank.mems.iter().partition(|n| online.contains(n));
+    if !absent.is_empty() {
+        if step.live {
+            problems.push(format!(
+                "NUMA node {} of GPU {} is not online; no memory policy can hold it",
+                list(&absent),
+                join(rank.gpus.iter().map(|g| g.to_string()))
+            ));
+            return Vec::new();
+        }
+        log::debug!(
+            "gpu-affinity: local rank {}: memory policy not applied for NUMA node {}: the topology comes from {}, and this kernel has nodes {} only",
+            rank.rank,
+            list(&absent),
+            step_root(step),
+            list(&online)
+        );
+    }
+    let (policy, nodes) = match (strict, present.first()) {
+        (_, None) => return Vec::new(),
+        (true, _) => (MemPolicy::Bind, present),
+        (false, Some(&first)) => (MemPolicy::Preferred, vec![first]),
+    };
+    if let Err(e) = os.set_mempolicy(policy, &nodes) {
+        problems.push(format!("cannot set the memory policy: {e}"));
+        return Vec::new();
+    }
+    match os.mempolicy() {
+        Ok((got, got_nodes)) if got == policy && got_nodes == nodes => nodes,
+        Ok((got, got_nodes)) => {
+            problems.push(format!(
+                "memory policy reads back as {got} on nodes {}, not {policy} on {}",
+                list(&got_nodes),
+                list(&nodes)
+            ));
+            Vec::new()
+        }
+        Err(e) => {
+            problems.push(format!("cannot read the memory policy back: {e}"));
+            Vec::new()
+        }
+    }
+}
+
+fn step_root(step: &StepPlan) -> &'static str {
+    if step.live {
+        "/"
+    } else {
+        "a sysfs_root other than /"
+    }
+}
+
+/// The rank's environment: what the task needs to find its devices, then what the user
+/// reads to see the binding, then the fabric profile.
+pub fn rank_env(
+    step: &StepPlan,
+    rank: &RankPlan,
+    cpus: &CpuSet,
+    mems: &[u32],
+) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    let mut set = |k: &str, v: String| env.push((k.to_string(), v));
+    let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
+    set("CUDA_VISIBLE_DEVICES", cuda.join(","));
+    set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
+    let ucx = ucx_devices(step, rank);
+    if !ucx.is_empty() {
+        set("UCX_NET_DEVICES", ucx.join(","));
+    }
+    set("GPU_AFFINITY_MODE", step.resolved.choice.to_string());
+    set(
+        "GPU_AFFINITY_GPUS",
+        rank.gpus
+            .iter()
+            .map(|g| g.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    set(
+        "GPU_AFFINITY_NICS",
+        rank.nics
+            .iter()
+            .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    set("GPU_AFFINITY_CPUS", cpus.to_string());
+    set("GPU_AFFINITY_MEMS", list(mems));
+    let index = step
+        .plan
+        .ranks
+        .iter()
+        .position(|r| r.rank == rank.rank)
+        .unwrap_or(usize::MAX);
+    env.extend(fabric_env::rank_env(&step.fabric.env, index));
+    env
+}
+
+/// UCX names RDMA devices as `device:port`; a NIC without RDMA by its netdev.
+fn ucx_devices(step: &StepPlan, rank: &RankPlan) -> Vec<String> {
+    let mut out = Vec::new();
+    for nic_ref in &rank.nics {
+        let nic = step.machine.nics.iter().find(|n| n.pci == nic_ref.pci);
+        match (nic.and_then(|n| n.rdma.as_deref()), nic) {
+            (Some(dev), Some(nic)) if !nic.ports.is_empty() => {
+                out.extend(nic.ports.iter().map(|p| format!("{dev}:{}", p.number)));
+            }
+            (Some(dev), _) => out.push(format!("{dev}:1")),
+            (None, Some(nic)) => out.extend(nic.netdev.clone()),
+            (None, None) => out.extend(nic_ref.name.clone()),
+        }
+    }
+    out
+}
+
+/// The verbose switch's line on the task's stderr.
+fn binding_line(
+    step: &StepPlan,
+    task: Task,
+    rank: &RankPlan,
+    cpus: &CpuSet,
+    mems: &[u32],
+) -> String {
+    let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
+    format!(
+        "gpu-affinity: rank {} (local {}): mode {} GPUs {} (CUDA {}) NICs {} CPUs {} NUMA {}",
+        task.global,
+        task.local,
+        step.resolved.choice,
+        join(rank.gpus.iter().map(|g| g.to_string())),
+        if cuda.is_empty() {
+            "-".to_string()
+        } else {
+            cuda.join(",")
+        },
+        join(
+            rank.nics
+                .iter()
+                .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
+        ),
+        cpus,
+        if mems.is_empty() {
+            "-".to_string()
+        } else {
+            list(mems)
+        }
+    )
+}

@@ -1,0 +1,148 @@
+//! The vendor fabric environment (NCCL / libfabric / UCX) of a step, through the core's
+//! one facade [`fabric::step_fabric`], the same call `gpu-affinity explain` makes, so the
+//! plugin and explain cannot drift apart.
+//!
+//! Computed once per step in user_init; task_init exports the node-wide values plus the
+//! rank's own. A variable the user already set is left to the user unless the admin
+//! config lists it under `[fabric] force`.
+//!
+//! Root-side inputs only: the profiles are the built-in ones plus the admin's
+//! `profiles_dir` (root-owned, not writable by others), the vendor NCCL topology file's
+//! path comes from a profile, and the generated topology goes to the root-owned
+//! `run_dir`.
+
+use std::path::{Path, PathBuf};
+
+use gpu_affinity::fabric::profiles::{self, Profiles};
+use gpu_affinity::fabric::{self, Env, StepInputs};
+use gpu_affinity::model::Machine;
+use gpu_affinity::solver::Plan;
+
+use crate::run_dir::TOPOLOGY_FILE;
+use crate::settings::{Settings, check_trusted};
+
+/// The NCCL topology file generated for this step, written as root in task_post_fork.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GeneratedTopology {
+    /// The step directory under run_dir.
+    pub dir: PathBuf,
+    /// `dir/nccl-topo.xml`, the value NCCL_TOPO_FILE carries.
+    pub file: PathBuf,
+    pub xml: String,
+    /// The uid the written file belongs to (root; tests: their own).
+    pub owner: u32,
+}
+
+/// The step's fabric environment as the plugin keeps it.
+#[derive(Clone, Debug, Default)]
+pub struct StepFabric {
+    pub env: Env,
+    /// Set when NCCL_TOPO_FILE points at a file this step must write.
+    pub topology: Option<GeneratedTopology>,
+    /// Step-wide warnings the node's first task shows its user.
+    pub warnings: Vec<String>,
+}
+
+/// The built-in profiles plus the admin's from `dir`. A missing directory means no
+/// admin profiles. Err: one line (file and line for a malformed profile), without the
+/// `gpu-affinity: ` prefix so it can serve as a refusal reason.
+pub fn load_profiles(dir: &Path, owner: u32) -> Result<Profiles, String> {
+    let mut files = profiles::embedded();
+    files.extend(admin_files(dir, owner)?);
+    profiles::load(&files).map_err(|e| e.to_string())
+}
+
+/// The admin's profile files, each checked like the config file (Invariant 2).
+fn admin_files(dir: &Path, owner: u32) -> Result<Vec<(String, String)>, String> {
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("profiles directory {}: {e}", dir.display())),
+    };
+    check_trusted(&meta, "profiles directory", dir, owner)?;
+    // The directory is root's alone, so the files listed now are the files read.
+    let files = profiles::read_profile_dir(dir).map_err(|e| e.to_string())?;
+    for (path, _) in &files {
+        let path = Path::new(path);
+        let meta =
+            std::fs::metadata(path).map_err(|e| format!("profile {}: {e}", path.display()))?;
+        check_trusted(&meta, "profile", path, owner)?;
+    }
+    Ok(files)
+}
+
+/// Detect the vendor, render the profile for `plan` and settle NCCL_TOPO_FILE.
+/// `topology_dir` is where a generated topology file would go; `existing` answers from
+/// the job environment.
+pub fn step_env(
+    machine: &Machine,
+    plan: &Plan,
+    profiles: &Profiles,
+    settings: &Settings,
+    topology_dir: &Path,
+    existing: &dyn Fn(&str) -> Option<String>,
+) -> StepFabric {
+    let file = topology_dir.join(TOPOLOGY_FILE);
+    let file_text = file.to_string_lossy().into_owned();
+    let vendor_topology = |path: &str| vendor_topology(&settings.sysfs_root, path);
+    let inputs = StepInputs {
+        profiles,
+        existing,
+        forced: &settings.force,
+        vendor_topology: &vendor_topology,
+        generated_topology_path: &file_text,
+    };
+    let fabric = fabric::step_fabric(machine, plan, &inputs);
+    log::debug!(
+        "gpu-affinity: fabric profile {} (vendor {}, instance {})",
+        fabric.detection.profile,
+        fabric.detection.vendor.as_str(),
+        fabric.detection.instance.as_deref().unwrap_or("unknown")
+    );
+    let mut warnings = Vec::new();
+    for note in &fabric.env.notes {
+        match note.strip_prefix("warning: ") {
+            // A vendor topology file that does not fit the node (swapped NUMA masks).
+            Some(w) => warnings.push(format!("gpu-affinity: warning: {w}")),
+            None => log::debug!("gpu-affinity: fabric: {note}"),
+        }
+    }
+    StepFabric {
+        topology: fabric.generated_topology.map(|xml| GeneratedTopology {
+            dir: topology_dir.to_path_buf(),
+            file,
+            xml,
+            owner: settings.owner,
+        }),
+        env: fabric.env,
+        warnings,
+    }
+}
+
+/// Parse the vendor NCCL topology file a profile names (bounded read). With a
+/// `sysfs_root` other than `/` (tests, replayed dumps) the file is looked up under that
+/// root too, so a fixture tree carries its own node's files. `None`: absent or unusable.
+fn vendor_topology(sysfs_root: &Path, path: &str) -> Option<Machine> {
+    let full = sysfs_root.join(path.trim_start_matches('/'));
+    if !full.exists() {
+        return None;
+    }
+    match gpu_affinity::sources::read_topology_file(&full) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            log::warn!("gpu-affinity: vendor NCCL topology file not used: {e}");
+            None
+        }
+    }
+}
+
+/// The variables to export for the plan's `index`-th rank: every node-wide value and the
+/// rank's own, except what the user set.
+pub fn rank_env(env: &Env, index: usize) -> Vec<(String, String)> {
+    env.node
+        .iter()
+        .chain(env.ranks.get(index).into_iter().flatten())
+        .filter(|(_, v)| v.to_export())
+        .map(|(k, v)| (k.clone(), v.value.clone()))
+        .collect()
+}

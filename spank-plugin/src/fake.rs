@@ -1,0 +1,191 @@
+//! Fakes of Slurm ([`FakeHost`]) and the kernel ([`FakeOs`]) for unit tests.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::model::Machine;
+
+use crate::host::{Context, Host, HostError, MemPolicy, OptionSpec, Os};
+
+pub struct FakeHost {
+    pub context: Context,
+    pub job_id: u32,
+    pub step_id: u32,
+    pub uid: u32,
+    pub local_task: Option<u32>,
+    pub global_task: Option<u32>,
+    pub local_tasks: u32,
+    pub alloc_cores: Option<String>,
+    pub env: RefCell<BTreeMap<String, String>>,
+    pub process_env: BTreeMap<String, String>,
+    pub registered: RefCell<Vec<OptionSpec>>,
+}
+
+impl FakeHost {
+    pub fn new(context: Context) -> Self {
+        FakeHost {
+            context,
+            job_id: 42,
+            step_id: 0,
+            uid: 1000,
+            local_task: None,
+            global_task: None,
+            local_tasks: 1,
+            alloc_cores: None,
+            env: RefCell::new(BTreeMap::new()),
+            process_env: BTreeMap::new(),
+            registered: RefCell::new(Vec::new()),
+        }
+    }
+
+    pub fn with_env(self, pairs: &[(&str, &str)]) -> Self {
+        for (k, v) in pairs {
+            self.env.borrow_mut().insert(k.to_string(), v.to_string());
+        }
+        self
+    }
+
+    /// The same host as task `local` (global rank `global`) in task_init.
+    pub fn task(&self, local: u32, global: u32) -> FakeHost {
+        FakeHost {
+            context: self.context,
+            job_id: self.job_id,
+            step_id: self.step_id,
+            uid: self.uid,
+            local_task: Some(local),
+            global_task: Some(global),
+            local_tasks: self.local_tasks,
+            alloc_cores: self.alloc_cores.clone(),
+            env: RefCell::new(self.env.borrow().clone()),
+            process_env: self.process_env.clone(),
+            registered: RefCell::new(Vec::new()),
+        }
+    }
+
+    pub fn var(&self, name: &str) -> Option<String> {
+        self.env.borrow().get(name).cloned()
+    }
+}
+
+fn not_avail(call: &'static str) -> HostError {
+    HostError {
+        call,
+        reason: "Item not available from this callback".into(),
+    }
+}
+
+impl Host for FakeHost {
+    fn context(&self) -> Context {
+        self.context
+    }
+    fn job_id(&self) -> Result<u32, HostError> {
+        Ok(self.job_id)
+    }
+    fn step_id(&self) -> Result<u32, HostError> {
+        Ok(self.step_id)
+    }
+    fn job_uid(&self) -> Result<u32, HostError> {
+        Ok(self.uid)
+    }
+    fn local_task_id(&self) -> Result<u32, HostError> {
+        self.local_task.ok_or_else(|| not_avail("S_TASK_ID"))
+    }
+    fn global_task_id(&self) -> Result<u32, HostError> {
+        self.global_task
+            .ok_or_else(|| not_avail("S_TASK_GLOBAL_ID"))
+    }
+    fn local_task_count(&self) -> Result<u32, HostError> {
+        Ok(self.local_tasks)
+    }
+    fn step_alloc_cores(&self) -> Result<String, HostError> {
+        self.alloc_cores
+            .clone()
+            .ok_or_else(|| not_avail("S_STEP_ALLOC_CORES"))
+    }
+    fn getenv(&self, name: &str) -> Result<Option<String>, HostError> {
+        Ok(self.var(name))
+    }
+    fn setenv(&self, name: &str, value: &str) -> Result<(), HostError> {
+        self.env
+            .borrow_mut()
+            .insert(name.to_string(), value.to_string());
+        Ok(())
+    }
+    fn unsetenv(&self, name: &str) -> Result<(), HostError> {
+        self.env.borrow_mut().remove(name);
+        Ok(())
+    }
+    fn register_option(&self, option: &OptionSpec) -> Result<(), HostError> {
+        self.registered.borrow_mut().push(*option);
+        Ok(())
+    }
+    fn process_env(&self, name: &str) -> Option<String> {
+        self.process_env.get(name).cloned()
+    }
+}
+
+/// A kernel with a given set of CPUs (a cgroup cpuset) and NUMA nodes.
+pub struct FakeOs {
+    pub machine: Result<Machine, String>,
+    pub reads: RefCell<Vec<PathBuf>>,
+    /// CPUs a mask may hold (the cpuset); setaffinity keeps the intersection, like Linux.
+    pub allowed_cpus: CpuSet,
+    pub online_nodes: Vec<u32>,
+    pub affinity: RefCell<CpuSet>,
+    pub policy: RefCell<(MemPolicy, Vec<u32>)>,
+    pub stderr: RefCell<Vec<String>>,
+    pub policy_calls: Cell<u32>,
+}
+
+impl FakeOs {
+    pub fn new(machine: Result<Machine, String>, allowed_cpus: &str, online_nodes: &[u32]) -> Self {
+        let allowed = CpuSet::parse_list(allowed_cpus).unwrap_or_default();
+        FakeOs {
+            machine,
+            reads: RefCell::new(Vec::new()),
+            affinity: RefCell::new(allowed.clone()),
+            allowed_cpus: allowed,
+            online_nodes: online_nodes.to_vec(),
+            policy: RefCell::new((MemPolicy::Default, Vec::new())),
+            stderr: RefCell::new(Vec::new()),
+            policy_calls: Cell::new(0),
+        }
+    }
+}
+
+impl Os for FakeOs {
+    fn read_machine(&self, root: &Path) -> Result<Machine, String> {
+        self.reads.borrow_mut().push(root.to_path_buf());
+        self.machine.clone()
+    }
+    fn online_numa_nodes(&self) -> Result<Vec<u32>, String> {
+        Ok(self.online_nodes.clone())
+    }
+    fn set_cpu_affinity(&self, cpus: &CpuSet) -> Result<(), String> {
+        let effective = cpus.intersection(&self.allowed_cpus);
+        if effective.is_empty() {
+            return Err("Invalid argument (EINVAL)".into());
+        }
+        *self.affinity.borrow_mut() = effective;
+        Ok(())
+    }
+    fn cpu_affinity(&self) -> Result<CpuSet, String> {
+        Ok(self.affinity.borrow().clone())
+    }
+    fn set_mempolicy(&self, policy: MemPolicy, nodes: &[u32]) -> Result<(), String> {
+        self.policy_calls.set(self.policy_calls.get() + 1);
+        if nodes.iter().any(|n| !self.online_nodes.contains(n)) {
+            return Err("Invalid argument (EINVAL)".into());
+        }
+        *self.policy.borrow_mut() = (policy, nodes.to_vec());
+        Ok(())
+    }
+    fn mempolicy(&self) -> Result<(MemPolicy, Vec<u32>), String> {
+        Ok(self.policy.borrow().clone())
+    }
+    fn task_stderr(&self, line: &str) {
+        self.stderr.borrow_mut().push(line.to_string());
+    }
+}

@@ -1,0 +1,119 @@
+//! The one guard every `extern "C"` export runs in.
+//!
+//! A panic unwinding into slurmstepd would abort it (and with it the whole step, or in
+//! remote `init` leave srun hanging), so each hook body runs under `catch_unwind`; a
+//! panic becomes one logged error line and the hook's error return. The plugin keeps no
+//! `std::sync::Mutex`, so a caught panic cannot poison state for later hooks.
+
+use std::any::Any;
+use std::fmt;
+use std::os::raw::c_int;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Why a hook fails: one line for srun's stderr or the slurmd log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(line: String) -> Self {
+        Failure(line)
+    }
+}
+
+/// The value SPANK hooks and option callbacks return on failure.
+pub const HOOK_ERROR: c_int = -1;
+
+thread_local! {
+    /// Where the last panic on this thread happened, for the guard's log line.
+    static PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Replace the default panic output (a message and backtrace on the user's stderr) with
+/// a note of the location; the guard logs one line with it. There is no other Rust code
+/// in srun or slurmstepd whose panics this could hide.
+/// Tests keep the default hook so a failing assertion still prints its message.
+#[cfg(test)]
+fn quiet_panics() {}
+
+#[cfg(not(test))]
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()));
+            PANIC_AT.with(|p| *p.borrow_mut() = at);
+        }));
+    });
+}
+
+/// Run one hook body; `Ok` -> 0, `Err` -> its line logged and -1, panic -> logged and -1.
+pub fn run(hook: &str, body: impl FnOnce() -> Result<(), Failure>) -> c_int {
+    crate::logger::install();
+    quiet_panics();
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(failure)) => {
+            log::error!("{failure}");
+            HOOK_ERROR
+        }
+        Err(payload) => {
+            let at = PANIC_AT
+                .with(|p| p.borrow_mut().take())
+                .map(|a| format!(" at {a}"))
+                .unwrap_or_default();
+            log::error!(
+                "gpu-affinity: internal error in {hook}: {}{at}; failing this hook instead of crashing",
+                panic_text(payload.as_ref())
+            );
+            HOOK_ERROR
+        }
+    }
+}
+
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logger::{SlurmLevel, take};
+
+    #[test]
+    fn ok_error_and_panic_map_to_return_values() {
+        take();
+        assert_eq!(run("init", || Ok(())), 0);
+        assert_eq!(
+            run("init", || Err(Failure("gpu-affinity: nope".into()))),
+            HOOK_ERROR
+        );
+        assert_eq!(
+            take(),
+            vec![(SlurmLevel::Error, "gpu-affinity: nope".to_string())]
+        );
+        let rc = run("task_init", || -> Result<(), Failure> {
+            panic!("boom {}", 7)
+        });
+        assert_eq!(rc, HOOK_ERROR);
+        let logs = take();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert!(
+            logs[0].1.contains("internal error in task_init: boom 7"),
+            "{logs:?}"
+        );
+    }
+}

@@ -1,0 +1,543 @@
+//! Root-side settings: plugstack.conf arguments and the admin's TOML config.
+//!
+//! Both are written by root. Nothing here ever reads the user's environment: where the
+//! topology comes from (`sysfs_root`) and the site's default and floor must not be
+//! steerable by the people whose jobs they constrain.
+
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use gpu_affinity::fabric::profiles::DEFAULT_PROFILE_DIR;
+
+use serde::Deserialize;
+
+use crate::mode::{Choice, Floor};
+
+/// Where the admin config lives when plugstack.conf names none.
+pub const DEFAULT_CONFIG: &str = "/etc/gpu-affinity/config.toml";
+
+/// Where per-step files (a generated NCCL topology) live when nothing else is named.
+pub const DEFAULT_RUN_DIR: &str = "/run/gpu-affinity";
+
+/// Hooks the `panic-test` feature can make panic (see [`Settings::test_panic`]).
+#[cfg(feature = "panic-test")]
+pub const PANIC_HOOKS: &[&str] = &[
+    "init",
+    "init_post_opt",
+    "user_init",
+    "task_post_fork",
+    "task_init",
+    "exit",
+];
+
+/// The plugstack.conf arguments, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Args {
+    pub config: Option<PathBuf>,
+    pub sysfs_root: Option<PathBuf>,
+    pub default: Option<Choice>,
+    pub enforce: Option<Floor>,
+    pub profiles_dir: Option<PathBuf>,
+    pub run_dir: Option<PathBuf>,
+    /// `test_panic=HOOK` (builds with the `panic-test` feature only).
+    pub test_panic: Option<String>,
+}
+
+/// The settings a step runs with: plugstack.conf arguments over the config file over
+/// built-in defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub sysfs_root: PathBuf,
+    pub default: Choice,
+    pub enforce: Option<Floor>,
+    /// The config file that was read, if any.
+    pub config: Option<PathBuf>,
+    /// The admin's fabric profiles (`*.toml`), on top of the built-in ones.
+    pub profiles_dir: PathBuf,
+    /// Root-owned base of the per-step directories (a generated NCCL topology file).
+    pub run_dir: PathBuf,
+    /// Fabric variables exported even when the user set them (`[fabric] force`).
+    pub force: Vec<String>,
+    /// The uid every root-side file and directory must belong to: root (tests: their own).
+    pub owner: u32,
+    /// Panic inside this hook of slurmstepd (harness test of the panic guard).
+    pub test_panic: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            sysfs_root: PathBuf::from("/"),
+            default: Choice::Off,
+            enforce: None,
+            config: None,
+            profiles_dir: PathBuf::from(DEFAULT_PROFILE_DIR),
+            run_dir: PathBuf::from(DEFAULT_RUN_DIR),
+            force: Vec::new(),
+            owner: 0,
+            test_panic: None,
+        }
+    }
+}
+
+impl Settings {
+    /// True when the topology is the running kernel's own (`sysfs_root=/`).
+    pub fn live(&self) -> bool {
+        self.sysfs_root == Path::new("/")
+    }
+}
+
+/// Parse plugstack.conf arguments strictly: `key=value` only, known keys only, each at
+/// most once. The error is one line naming the offending argument.
+pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
+    let mut args = Args::default();
+    for raw in argv {
+        let raw = raw.as_ref();
+        let Some((key, value)) = raw.split_once('=') else {
+            return Err(format!(
+                "gpu-affinity: plugstack.conf argument '{raw}' is not key=value"
+            ));
+        };
+        let dup = || format!("gpu-affinity: plugstack.conf key '{key}' given twice");
+        let bad = |what: &str| {
+            format!("gpu-affinity: plugstack.conf {key}='{value}' is invalid: expected {what}")
+        };
+        match key {
+            "config" => {
+                if args.config.is_some() {
+                    return Err(dup());
+                }
+                args.config = Some(absolute(value).ok_or_else(|| bad("an absolute path"))?);
+            }
+            "sysfs_root" => {
+                if args.sysfs_root.is_some() {
+                    return Err(dup());
+                }
+                args.sysfs_root =
+                    Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
+            }
+            "default" => {
+                if args.default.is_some() {
+                    return Err(dup());
+                }
+                args.default =
+                    Some(Choice::parse(value).ok_or_else(|| bad("off, prefer or strict"))?);
+            }
+            "enforce" => {
+                if args.enforce.is_some() {
+                    return Err(dup());
+                }
+                args.enforce = Some(Floor::parse(value).ok_or_else(|| bad("prefer or strict"))?);
+            }
+            "profiles_dir" => {
+                if args.profiles_dir.is_some() {
+                    return Err(dup());
+                }
+                args.profiles_dir =
+                    Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
+            }
+            "run_dir" => {
+                if args.run_dir.is_some() {
+                    return Err(dup());
+                }
+                args.run_dir = Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
+            }
+            #[cfg(feature = "panic-test")]
+            "test_panic" => {
+                if !PANIC_HOOKS.contains(&value) {
+                    return Err(bad(&PANIC_HOOKS.join(", ")));
+                }
+                args.test_panic = Some(value.to_string());
+            }
+            _ => {
+                return Err(format!(
+                    "gpu-affinity: unknown plugstack.conf key '{key}' (known: config, sysfs_root, default, enforce, profiles_dir, run_dir)"
+                ));
+            }
+        }
+    }
+    Ok(args)
+}
+
+fn absolute(value: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(value);
+    path.is_absolute().then_some(path)
+}
+
+/// The plugin's part of the admin TOML config. Other tables in the same file belong to
+/// the suite's other programs and are ignored here.
+#[derive(Debug, Default, Deserialize)]
+struct ConfigFile {
+    #[serde(default)]
+    plugin: PluginSection,
+    #[serde(default)]
+    fabric: FabricSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PluginSection {
+    default: Option<String>,
+    enforce: Option<String>,
+    sysfs_root: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
+}
+
+/// The fabric environment's part of the config: shared with `gpu-affinity explain`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FabricSection {
+    /// Variables exported even when the user set them.
+    #[serde(default)]
+    force: Vec<String>,
+    profiles_dir: Option<PathBuf>,
+}
+
+/// Combine the arguments with the config file. The file is `args.config`, else
+/// [`DEFAULT_CONFIG`] when it exists. `owner` is the uid the file must belong to (root;
+/// tests pass their own uid).
+pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settings, String> {
+    let path = match &args.config {
+        Some(p) => Some(p.clone()),
+        None => default_config
+            .exists()
+            .then(|| default_config.to_path_buf()),
+    };
+    let ConfigFile {
+        plugin: file,
+        fabric,
+    } = match &path {
+        Some(p) => read_config(p, owner)?,
+        None => ConfigFile::default(),
+    };
+    let file_default = match file.default.as_deref().map(str::trim) {
+        Some(v) => Some(
+            Choice::parse(v)
+                .ok_or_else(|| config_bad(&path, "[plugin] default", v, "off, prefer or strict"))?,
+        ),
+        None => None,
+    };
+    let file_enforce = match file.enforce.as_deref().map(str::trim) {
+        Some(v) => Some(
+            Floor::parse(v)
+                .ok_or_else(|| config_bad(&path, "[plugin] enforce", v, "prefer or strict"))?,
+        ),
+        None => None,
+    };
+    for (table, key, dir) in [
+        ("plugin", "sysfs_root", &file.sysfs_root),
+        ("plugin", "run_dir", &file.run_dir),
+        ("fabric", "profiles_dir", &fabric.profiles_dir),
+    ] {
+        if let Some(dir) = dir
+            && !dir.is_absolute()
+        {
+            return Err(config_bad(
+                &path,
+                &format!("[{table}] {key}"),
+                &dir.display().to_string(),
+                "an absolute directory",
+            ));
+        }
+    }
+    check_force(&fabric.force)
+        .map_err(|(value, what)| config_bad(&path, "[fabric] force", &value, &what))?;
+    let base = Settings::default();
+    Ok(Settings {
+        sysfs_root: args
+            .sysfs_root
+            .clone()
+            .or(file.sysfs_root)
+            .unwrap_or(base.sysfs_root),
+        default: args.default.or(file_default).unwrap_or(base.default),
+        enforce: args.enforce.or(file_enforce),
+        config: path,
+        profiles_dir: args
+            .profiles_dir
+            .clone()
+            .or(fabric.profiles_dir)
+            .unwrap_or(base.profiles_dir),
+        run_dir: args
+            .run_dir
+            .clone()
+            .or(file.run_dir)
+            .unwrap_or(base.run_dir),
+        force: fabric.force,
+        owner,
+        test_panic: args.test_panic.clone(),
+    })
+}
+
+/// A `force` entry must name one environment variable a profile could set, once.
+/// Err: (the entry, what was expected).
+fn check_force(force: &[String]) -> Result<(), (String, String)> {
+    for (i, key) in force.iter().enumerate() {
+        let name_ok = key
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !name_ok {
+            return Err((
+                key.clone(),
+                "an environment variable name such as NCCL_IB_HCA".into(),
+            ));
+        }
+        if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("GPU_AFFINITY_") {
+            return Err((
+                key.clone(),
+                "a fabric variable; the plugin always sets this one per rank".into(),
+            ));
+        }
+        if force[..i].contains(key) {
+            return Err((key.clone(), "each variable listed once".into()));
+        }
+    }
+    Ok(())
+}
+
+fn config_bad(path: &Option<PathBuf>, key: &str, value: &str, what: &str) -> String {
+    let file = path.as_deref().map(Path::display);
+    match file {
+        Some(f) => {
+            format!("gpu-affinity: {f}: {key} = '{value}' is invalid: expected {what}")
+        }
+        None => format!("gpu-affinity: {key} = '{value}' is invalid: expected {what}"),
+    }
+}
+
+/// The one check for every root-side input (config, profiles directory and files, the
+/// run directory): owned by `owner` (root) and not writable by group or others, so no
+/// job user can steer what slurmstepd does as root. `what` names the input in the error
+/// (one line without the `gpu-affinity: ` prefix, so it can also be a refusal reason).
+pub fn check_trusted(meta: &Metadata, what: &str, path: &Path, owner: u32) -> Result<(), String> {
+    let shown = path.display();
+    if meta.uid() != owner {
+        return Err(format!(
+            "{what} {shown} is owned by uid {}, not root; refusing it",
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{what} {shown} is writable by group or others (mode {:04o}); refusing it",
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// Read the config, refusing a file root does not fully control.
+fn read_config(path: &Path, owner: u32) -> Result<ConfigFile, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
+    check_trusted(&meta, "config", path, owner).map_err(|e| format!("gpu-affinity: {e}"))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
+    toml::from_str(&text)
+        .map_err(|e| format!("gpu-affinity: config {shown}: {}", one_line(&e.to_string())))
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn uid() -> u32 {
+        nix::unistd::getuid().as_raw()
+    }
+
+    #[test]
+    fn known_keys_parse() {
+        let a = parse_args(&[
+            "config=/etc/x.toml",
+            "sysfs_root=/tmp/fx",
+            "default=prefer",
+            "enforce=strict",
+        ])
+        .expect("valid args");
+        assert_eq!(a.config.as_deref(), Some(Path::new("/etc/x.toml")));
+        assert_eq!(a.sysfs_root.as_deref(), Some(Path::new("/tmp/fx")));
+        assert_eq!(a.default, Some(Choice::Prefer));
+        assert_eq!(a.enforce, Some(Floor::Strict));
+        assert_eq!(parse_args::<&str>(&[]), Ok(Args::default()));
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_naming_it() {
+        let err = parse_args(&["sysfs_root=/x", "sysfsroot=/y"]).expect_err("unknown key");
+        assert!(
+            err.contains("unknown plugstack.conf key 'sysfsroot'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn test_panic_key_exists_only_with_the_feature() {
+        let r = parse_args(&["test_panic=task_init"]);
+        if cfg!(feature = "panic-test") {
+            assert_eq!(r.map(|a| a.test_panic), Ok(Some("task_init".to_string())));
+        } else {
+            let err = r.expect_err("no feature, no key");
+            assert!(err.contains("'test_panic'"), "{err}");
+        }
+    }
+
+    #[test]
+    fn malformed_values_are_errors_naming_key_and_value() {
+        for (arg, needle) in [
+            ("default=on", "default='on'"),
+            ("enforce=off", "enforce='off'"),
+            ("sysfs_root=relative/dir", "sysfs_root='relative/dir'"),
+            ("config=", "config=''"),
+            ("strict", "'strict' is not key=value"),
+        ] {
+            let err = parse_args(&[arg]).expect_err(arg);
+            assert!(err.contains(needle), "{arg}: {err}");
+        }
+        let err = parse_args(&["default=off", "default=strict"]).expect_err("twice");
+        assert!(err.contains("'default' given twice"), "{err}");
+    }
+
+    #[test]
+    fn defaults_without_config() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s =
+            settings(&Args::default(), &dir.path().join("absent.toml"), uid()).expect("settings");
+        assert_eq!(s, Settings::default());
+        assert!(s.live());
+    }
+
+    fn write_config(dir: &Path, text: &str, mode: u32) -> PathBuf {
+        let p = dir.join("config.toml");
+        std::fs::write(&p, text).expect("write config");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        p
+    }
+
+    #[test]
+    fn config_file_fills_in_and_args_win() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = write_config(
+            dir.path(),
+            "[plugin]\ndefault = \"prefer\"\nenforce = \"prefer\"\nsysfs_root = \"/srv/topo\"\n[prolog]\nanything = 1\n",
+            0o644,
+        );
+        // Found at the default location.
+        let s = settings(&Args::default(), &p, uid()).expect("settings");
+        assert_eq!(
+            (s.default, s.enforce),
+            (Choice::Prefer, Some(Floor::Prefer))
+        );
+        assert_eq!(s.sysfs_root, Path::new("/srv/topo"));
+        assert!(!s.live());
+        // Named by config=, overridden by plugstack keys.
+        let args = parse_args(&[format!("config={}", p.display()), "enforce=strict".into()])
+            .expect("args");
+        let s = settings(&args, Path::new("/nonexistent"), uid()).expect("settings");
+        assert_eq!(
+            (s.default, s.enforce),
+            (Choice::Prefer, Some(Floor::Strict))
+        );
+    }
+
+    #[test]
+    fn config_must_not_be_writable_by_others_or_owned_by_someone_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = write_config(dir.path(), "[plugin]\ndefault = \"strict\"\n", 0o664);
+        let err = settings(&Args::default(), &p, uid()).expect_err("group-writable");
+        assert!(
+            err.contains("writable by group or others (mode 0664)"),
+            "{err}"
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let err = settings(&Args::default(), &p, uid() + 1).expect_err("wrong owner");
+        assert!(err.contains(&format!("owned by uid {}", uid())), "{err}");
+    }
+
+    #[test]
+    fn fabric_and_run_dir_keys_from_plugstack_and_config() {
+        let d = Settings::default();
+        assert_eq!(
+            (d.profiles_dir.as_path(), d.run_dir.as_path()),
+            (
+                Path::new("/etc/gpu-affinity/profiles.d"),
+                Path::new("/run/gpu-affinity")
+            )
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = write_config(
+            dir.path(),
+            "[plugin]\nrun_dir = \"/srv/run\"\n[fabric]\nforce = [\"NCCL_IB_HCA\", \"NCCL_IB_TC\"]\nprofiles_dir = \"/srv/profiles\"\n",
+            0o644,
+        );
+        let s = settings(&Args::default(), &p, uid()).expect("settings");
+        assert_eq!(s.run_dir, Path::new("/srv/run"));
+        assert_eq!(s.profiles_dir, Path::new("/srv/profiles"));
+        assert_eq!(s.force, ["NCCL_IB_HCA", "NCCL_IB_TC"]);
+        assert_eq!(s.owner, uid());
+        let args = parse_args(&["profiles_dir=/a/profiles.d", "run_dir=/a/run"]).expect("args");
+        let s = settings(&args, &p, uid()).expect("settings");
+        assert_eq!(
+            (s.profiles_dir.as_path(), s.run_dir.as_path()),
+            (Path::new("/a/profiles.d"), Path::new("/a/run"))
+        );
+        let err = parse_args(&["run_dir=run"]).expect_err("relative");
+        assert!(err.contains("run_dir='run'"), "{err}");
+    }
+
+    #[test]
+    fn fabric_table_is_strict() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (text, needle) in [
+            ("[fabric]\nforced = []\n", "forced"),
+            ("[fabric]\nforce = \"NCCL_IB_HCA\"\n", "force"),
+            (
+                "[fabric]\nforce = [\"1NCCL\"]\n",
+                "[fabric] force = '1NCCL'",
+            ),
+            (
+                "[fabric]\nforce = [\"GPU_AFFINITY_CPUS\"]\n",
+                "always sets this one",
+            ),
+            (
+                "[fabric]\nforce = [\"NCCL_IB_HCA\", \"NCCL_IB_HCA\"]\n",
+                "each variable listed once",
+            ),
+            (
+                "[fabric]\nprofiles_dir = \"p.d\"\n",
+                "[fabric] profiles_dir = 'p.d'",
+            ),
+            ("[plugin]\nrun_dir = \"run\"\n", "[plugin] run_dir = 'run'"),
+        ] {
+            let p = write_config(dir.path(), text, 0o600);
+            let err = settings(&Args::default(), &p, uid()).expect_err(text);
+            assert!(
+                err.contains(needle) && err.contains("config.toml"),
+                "{text}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn config_errors_name_file_and_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = write_config(dir.path(), "[plugin]\ndefault = \"always\"\n", 0o600);
+        let err = settings(&Args::default(), &p, uid()).expect_err("bad value");
+        assert!(
+            err.contains("default = 'always'") && err.contains("config.toml"),
+            "{err}"
+        );
+        let p = write_config(dir.path(), "[plugin]\nenforced = \"strict\"\n", 0o600);
+        let err = settings(&Args::default(), &p, uid()).expect_err("unknown key");
+        assert!(err.contains("enforced"), "{err}");
+        let missing = parse_args(&["config=/nonexistent/gpu-affinity.toml"]).expect("args");
+        let err = settings(&missing, Path::new("/x"), uid()).expect_err("missing");
+        assert!(err.contains("/nonexistent/gpu-affinity.toml"), "{err}");
+    }
+}

@@ -1,0 +1,860 @@
+//! A throwaway one-node Slurm cluster: private munged, slurmctld and slurmd in a temp
+//! dir, fake GPU device nodes, and (optionally) gpu_affinity.so on the plugstack.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nix::sys::stat::{Mode, SFlag, makedev, mknod};
+
+use crate::conf::{self, NodeShape, SlurmConf, TaskPlugin};
+use crate::daemon::{Daemon, STOP_GRACE};
+use crate::error::{Context, HarnessError, Result};
+use crate::lock::ClusterLock;
+use crate::plugin::{self, Variant};
+use crate::prereq::{self, Programs};
+use crate::report::{PROBE, StepOutput};
+use crate::{harness_err, ports};
+
+/// Character-device major number of /dev/nvidiaN.
+const NVIDIA_MAJOR: u64 = 195;
+/// How long slurmd may take to register and show `idle`.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on a client command (srun, sbatch, scontrol, ...).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Keep the cluster's directory after the test (its path is printed) for debugging.
+pub const KEEP_ENV: &str = "GPU_AFFINITY_KEEP_CLUSTER";
+/// PATH for daemons and clients: the harness clears the environment so nothing from
+/// the caller (an outer Slurm job's SLURM_*, a user's SLURM_GPU_AFFINITY) leaks in.
+const CLEAN_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The plugin a cluster loads and its plugstack.conf arguments.
+#[derive(Debug, Clone)]
+pub struct PluginSetup {
+    pub variant: Variant,
+    /// `key=value` arguments, in order, after the harness's own `sysfs_root=`.
+    pub args: Vec<(String, String)>,
+}
+
+/// How to build a [`Cluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterBuilder {
+    task_plugin: TaskPlugin,
+    shape: Option<NodeShape>,
+    gpus: u32,
+    plugin: Option<PluginSetup>,
+    sysfs: Option<SysfsSource>,
+    slurmd_debug: String,
+}
+
+#[derive(Debug, Clone)]
+enum SysfsSource {
+    /// A ready tree (e.g. written by `gpu-affinity fixture`).
+    Dir(PathBuf),
+    /// A machine description the harness writes into the cluster dir.
+    Machine(Box<gpu_affinity::model::Machine>),
+}
+
+impl Default for ClusterBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ClusterBuilder {
+    /// A node shaped like this machine, 8 fake GPUs, `task/none`, no plugin.
+    pub fn new() -> Self {
+        Self {
+            task_plugin: TaskPlugin::None,
+            shape: None,
+            gpus: 8,
+            plugin: None,
+            sysfs: None,
+            slurmd_debug: "info".to_owned(),
+        }
+    }
+
+    pub fn task_plugin(mut self, task_plugin: TaskPlugin) -> Self {
+        self.task_plugin = task_plugin;
+        self
+    }
+
+    /// Report a node of this shape instead of the real one (see [`NodeShape::Emulated`]).
+    pub fn shape(mut self, shape: NodeShape) -> Self {
+        self.shape = Some(shape);
+        self
+    }
+
+    /// Number of fake GPUs (`DIR/dev/nvidia0..N-1`, minors 0..N-1).
+    pub fn gpus(mut self, gpus: u32) -> Self {
+        self.gpus = gpus;
+        self
+    }
+
+    /// Load gpu_affinity.so (the normal debug build unless [`Self::plugin_variant`]).
+    pub fn with_plugin(mut self) -> Self {
+        self.plugin.get_or_insert(PluginSetup {
+            variant: Variant::Debug,
+            args: Vec::new(),
+        });
+        self
+    }
+
+    pub fn plugin_variant(mut self, variant: Variant) -> Self {
+        self.with_plugin_mut().variant = variant;
+        self
+    }
+
+    /// Add a plugstack.conf argument (`default=strict`, `test_panic=task_init`, ...).
+    pub fn plugin_arg(mut self, key: &str, value: &str) -> Self {
+        self.with_plugin_mut()
+            .args
+            .push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    fn with_plugin_mut(&mut self) -> &mut PluginSetup {
+        self.plugin.get_or_insert(PluginSetup {
+            variant: Variant::Debug,
+            args: Vec::new(),
+        })
+    }
+
+    /// The node's topology: this machine description, written as a sysfs tree into
+    /// the cluster dir and passed to the plugin as `sysfs_root=`. Also sets the number
+    /// of fake GPUs to the machine's.
+    pub fn machine(mut self, machine: gpu_affinity::model::Machine) -> Self {
+        self.gpus = u32::try_from(machine.gpus.len()).unwrap_or(u32::MAX);
+        self.sysfs = Some(SysfsSource::Machine(Box::new(machine)));
+        self
+    }
+
+    /// The node's topology: an existing sysfs-shaped tree.
+    pub fn sysfs_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.sysfs = Some(SysfsSource::Dir(dir.into()));
+        self
+    }
+
+    /// SlurmdDebug (default `info`); `verbose` shows the plugin's per-step summary.
+    pub fn slurmd_debug(mut self, level: &str) -> Self {
+        self.slurmd_debug = level.to_owned();
+        self
+    }
+
+    /// Start the cluster; a missing prerequisite is an error saying what to install.
+    pub fn start(self) -> Result<Cluster> {
+        let programs = prereq::check()?;
+        Cluster::start(self, programs)
+    }
+
+    /// Like [`Self::start`], but `None` (with a note on stderr) when the developer set
+    /// [`prereq::SKIP_ENV`]. Tests use this; it never skips silently.
+    pub fn start_or_skip(self, test: &str) -> Result<Option<Cluster>> {
+        if prereq::skip_requested() {
+            eprintln!(
+                "SKIPPED {test}: {} is set (real-Slurm tests disabled on this machine)",
+                prereq::SKIP_ENV
+            );
+            return Ok(None);
+        }
+        self.start().map(Some)
+    }
+}
+
+/// A running cluster. Dropping it stops slurmd, slurmctld and munged (in that order)
+/// and removes its directory.
+pub struct Cluster {
+    programs: Programs,
+    dir: Option<tempfile::TempDir>,
+    path: PathBuf,
+    conf: PathBuf,
+    plugstack: PathBuf,
+    node: String,
+    gpus: u32,
+    sysfs_root: Option<PathBuf>,
+    plugin_path: Option<PathBuf>,
+    plugin_args: Vec<(String, String)>,
+    shape: NodeShape,
+    /// munged, slurmctld, slurmd: stopped in reverse.
+    daemons: Vec<Daemon>,
+    _lock: ClusterLock,
+}
+
+impl Cluster {
+    fn start(b: ClusterBuilder, programs: Programs) -> Result<Self> {
+        let lock = ClusterLock::acquire()?;
+        let dir = tempfile::Builder::new()
+            .prefix("gpu-affinity-cluster.")
+            .tempdir()
+            .context(|| "create the cluster's temp dir".to_owned())?;
+        let path = dir.path().to_path_buf();
+        // Users other than root (the nobody test) must reach the config, munge socket
+        // and plugin; the dir holds nothing secret except the 0400 munge key.
+        set_mode(&path, 0o755)?;
+        for sub in ["munge", "state", "spool", "run", "log", "dev", "lib"] {
+            mkdir(&path.join(sub), 0o755)?;
+        }
+        for sub in ["work", "jobs"] {
+            mkdir(&path.join(sub), 0o1777)?;
+        }
+        let probe = path.join("lib/probe.sh");
+        write(&probe, &format!("#!/bin/sh\n{PROBE}\n"))?;
+        set_mode(&probe, 0o755)?;
+
+        let node = short_hostname()?;
+        // SlurmdSpoolDir is `spool/%n`; slurmd logs an error when it has to create it.
+        mkdir(&path.join("spool").join(&node), 0o755)?;
+        let mut cluster = Cluster {
+            programs,
+            dir: Some(dir),
+            conf: path.join("slurm.conf"),
+            plugstack: path.join("plugstack.conf"),
+            path,
+            node,
+            gpus: b.gpus,
+            sysfs_root: None,
+            plugin_path: None,
+            plugin_args: Vec::new(),
+            shape: NodeShape::Real {
+                sockets: 1,
+                cores_per_socket: 1,
+                threads_per_core: 1,
+            },
+            daemons: Vec::new(),
+            _lock: lock,
+        };
+        cluster.start_munge()?;
+        cluster.make_fake_gpus()?;
+        cluster.sysfs_root = match b.sysfs {
+            None => None,
+            Some(SysfsSource::Dir(d)) => Some(d),
+            Some(SysfsSource::Machine(m)) => {
+                let root = cluster.path.join("sysfs");
+                crate::fixture::write_sysfs(&m, &root)?;
+                Some(root)
+            }
+        };
+        if let Some(setup) = &b.plugin {
+            // A private copy: a rebuild during the test cannot swap the library under
+            // a running slurmstepd, and user nobody's srun can read it.
+            let built = plugin::plugin(setup.variant)?;
+            let copy = cluster.path.join("lib/gpu_affinity.so");
+            fs::copy(&built, &copy)
+                .context(|| format!("copy {} to {}", built.display(), copy.display()))?;
+            set_mode(&copy, 0o755)?;
+            let mut args = Vec::new();
+            if let Some(root) = &cluster.sysfs_root {
+                args.push(("sysfs_root".to_owned(), root.display().to_string()));
+            }
+            args.extend(setup.args.iter().cloned());
+            cluster.plugin_path = Some(copy);
+            cluster.plugin_args = args;
+        }
+        cluster.write_plugstack(cluster.plugin_path.is_some())?;
+
+        let shape = match b.shape {
+            Some(s) => s,
+            None => cluster.real_shape()?,
+        };
+        if matches!(shape, NodeShape::Emulated { .. }) && b.task_plugin != TaskPlugin::None {
+            return Err(harness_err!(
+                "an emulated node shape needs TaskPlugin::None (task/affinity cannot lay out \
+                 tasks on CPUs the machine does not have)"
+            ));
+        }
+        cluster.shape = shape.clone();
+        let (ctld_port, slurmd_port) = ports::pick_pair()?;
+        let cluster_name = format!("gat{}", std::process::id());
+        let munge_socket = cluster.path.join("munge/munge.socket");
+        let slurm_conf = SlurmConf {
+            cluster_name: &cluster_name,
+            node: &cluster.node,
+            ctld_port,
+            slurmd_port,
+            dir: &cluster.path,
+            munge_socket: &munge_socket,
+            plugstack: &cluster.plugstack,
+            shape: &shape,
+            task_plugin: b.task_plugin,
+            gpus: b.gpus,
+            slurmd_debug: &b.slurmd_debug,
+        }
+        .render();
+        write(&cluster.conf, &slurm_conf)?;
+        write(
+            &cluster.path.join("gres.conf"),
+            &conf::gres_conf(&cluster.node, &cluster.path.join("dev"), b.gpus),
+        )?;
+        write(
+            &cluster.path.join("cgroup.conf"),
+            &conf::cgroup_conf(b.task_plugin),
+        )?;
+
+        cluster.start_slurm()?;
+        Ok(cluster)
+    }
+
+    fn start_munge(&mut self) -> Result<()> {
+        let key = self.path.join("munge/munge.key");
+        let out = Command::new(&self.programs.mungekey)
+            .arg("--create")
+            .arg(format!("--keyfile={}", key.display()))
+            .output()
+            .context(|| "run mungekey".to_owned())?;
+        if !out.status.success() {
+            return Err(harness_err!(
+                "mungekey --create failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        set_mode(&key, 0o400)?;
+        let socket = self.path.join("munge/munge.socket");
+        let mut cmd = Command::new(&self.programs.munged);
+        cmd.env_clear()
+            .env("PATH", CLEAN_PATH)
+            .arg("-F")
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!(
+                "--log-file={}",
+                self.path.join("log/munged.log").display()
+            ))
+            .arg(format!(
+                "--pid-file={}",
+                self.path.join("run/munged.pid").display()
+            ))
+            .arg(format!(
+                "--seed-file={}",
+                self.path.join("munge/munged.seed").display()
+            ));
+        let daemon = Daemon::spawn("munged", cmd, &self.path.join("log/munged.out"))?;
+        self.daemons.push(daemon);
+        self.wait_for(
+            "munged to create its socket",
+            Duration::from_secs(10),
+            |c| Ok(socket.exists()).and_then(|up| c.check_daemons().map(|()| up)),
+        )
+    }
+
+    fn make_fake_gpus(&self) -> Result<()> {
+        for minor in 0..self.gpus {
+            let node = self.path.join(format!("dev/nvidia{minor}"));
+            mknod(
+                &node,
+                SFlag::S_IFCHR,
+                Mode::from_bits_truncate(0o666),
+                makedev(NVIDIA_MAJOR, u64::from(minor)),
+            )
+            .context(|| format!("mknod {} c {NVIDIA_MAJOR} {minor}", node.display()))?;
+        }
+        Ok(())
+    }
+
+    fn real_shape(&self) -> Result<NodeShape> {
+        let out = Command::new(&self.programs.timeout)
+            .args(["-k", "5", "20"])
+            .arg(&self.programs.slurmd)
+            .arg("-C")
+            .env_clear()
+            .env("PATH", CLEAN_PATH)
+            .output()
+            .context(|| "run slurmd -C".to_owned())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        NodeShape::from_slurmd_c(&text)
+            .ok_or_else(|| harness_err!("cannot read the node shape from `slurmd -C`: {text:?}"))
+    }
+
+    fn start_slurm(&mut self) -> Result<()> {
+        let mut ctld = Command::new(&self.programs.slurmctld);
+        ctld.env_clear()
+            .env("PATH", CLEAN_PATH)
+            .args(["-D", "-i", "-f"])
+            .arg(&self.conf);
+        let ctld = Daemon::spawn("slurmctld", ctld, &self.path.join("log/slurmctld.out"))?;
+        self.daemons.push(ctld);
+        let mut slurmd = Command::new(&self.programs.slurmd);
+        slurmd
+            .env_clear()
+            .env("PATH", CLEAN_PATH)
+            .args(["-D", "-f"])
+            .arg(&self.conf);
+        let slurmd = Daemon::spawn("slurmd", slurmd, &self.path.join("log/slurmd.out"))?;
+        self.daemons.push(slurmd);
+        self.wait_idle(IDLE_TIMEOUT)
+    }
+
+    /// Poll `cond` every 50 ms until it is true, fails, or `limit` passes.
+    fn wait_for(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut cond: impl FnMut(&mut Self) -> Result<bool>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if cond(self)? {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(harness_err!(
+                    "timed out after {limit:?} waiting for {what}{}",
+                    self.log_tails()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// An error (with the logs) if any daemon has exited.
+    fn check_daemons(&mut self) -> Result<()> {
+        let dead: Vec<String> = self
+            .daemons
+            .iter_mut()
+            .filter_map(|d| (!d.is_running()).then(|| d.name().to_owned()))
+            .collect();
+        if dead.is_empty() {
+            Ok(())
+        } else {
+            Err(harness_err!(
+                "{} exited unexpectedly{}",
+                dead.join(", "),
+                self.log_tails()
+            ))
+        }
+    }
+
+    /// Wait until the node shows `idle` (after start, or after `scontrol ... resume`).
+    pub fn wait_idle(&mut self, limit: Duration) -> Result<()> {
+        self.wait_for("the node to become idle", limit, |c| {
+            c.check_daemons()?;
+            let out = c.client(
+                &["sinfo", "-h", "-N", "-o", "%T"],
+                &ClientOptions::bounded(5),
+            )?;
+            Ok(out.success() && out.stdout.trim() == "idle")
+        })
+    }
+
+    /// The last lines of every daemon log, for error messages.
+    pub fn log_tails(&self) -> String {
+        let mut s = String::new();
+        for name in [
+            "munged.log",
+            "munged.out",
+            "slurmctld.log",
+            "slurmctld.out",
+            "slurmd.log",
+            "slurmd.out",
+        ] {
+            let Ok(text) = fs::read_to_string(self.path.join("log").join(name)) else {
+                continue;
+            };
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(15)..];
+            if !tail.is_empty() {
+                s.push_str(&format!(
+                    "\n--- {name} (last lines) ---\n{}",
+                    tail.join("\n")
+                ));
+            }
+        }
+        s
+    }
+
+    /// The cluster's directory (slurm.conf, logs, dev/, sysfs/, work/, jobs/).
+    pub fn dir(&self) -> &Path {
+        &self.path
+    }
+
+    /// Path of slurm.conf (what clients need as SLURM_CONF).
+    pub fn conf(&self) -> &Path {
+        &self.conf
+    }
+
+    /// The node's name (this machine's short hostname).
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub fn gpus(&self) -> u32 {
+        self.gpus
+    }
+
+    /// The fixture tree passed to the plugin as `sysfs_root=`.
+    pub fn sysfs_root(&self) -> Option<&Path> {
+        self.sysfs_root.as_deref()
+    }
+
+    /// The plugin copy this cluster loads.
+    pub fn plugin_path(&self) -> Option<&Path> {
+        self.plugin_path.as_deref()
+    }
+
+    /// PIDs of munged, slurmctld and slurmd, in start order.
+    pub fn daemon_pids(&self) -> Vec<(String, u32)> {
+        self.daemons
+            .iter()
+            .map(|d| (d.name().to_owned(), d.pid()))
+            .collect()
+    }
+
+    /// True while munged, slurmctld and slurmd all run.
+    pub fn daemons_alive(&mut self) -> bool {
+        self.daemons.iter_mut().all(Daemon::is_running)
+    }
+
+    /// The text of a daemon's log (`slurmd.log`, `slurmctld.log`, `munged.log`).
+    pub fn log(&self, name: &str) -> String {
+        fs::read_to_string(self.path.join("log").join(name)).unwrap_or_default()
+    }
+
+    /// Rewrite plugstack.conf with (`true`) or without (`false`) the plugin line.
+    /// srun and slurmstepd read it for every step, so the next step sees the change.
+    pub fn write_plugstack(&self, with_plugin: bool) -> Result<()> {
+        if with_plugin {
+            self.write_plugstack_with(&[])
+        } else {
+            write(&self.plugstack, "# no plugins\n")
+        }
+    }
+
+    /// The plugin line with `extra` arguments after the cluster's own (e.g.
+    /// `test_panic=task_init`); takes effect for the next step.
+    pub fn write_plugstack_with(&self, extra: &[(&str, &str)]) -> Result<()> {
+        let plugin = self
+            .plugin_path
+            .as_ref()
+            .ok_or_else(|| harness_err!("this cluster was built without the plugin"))?;
+        let mut args = self.plugin_args.clone();
+        args.extend(
+            extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+        write(&self.plugstack, &conf::plugstack_line(plugin, &args))
+    }
+
+    /// The node as slurmctld knows it.
+    pub fn shape(&self) -> &NodeShape {
+        &self.shape
+    }
+
+    /// srun arguments for `tasks` tasks sharing the whole node: every CPU (so every
+    /// NUMA node's cores are in the step) and every GPU. `-O` lets more tasks than CPUs
+    /// run on the 2-CPU test machine; `-c` makes the allocation the whole node.
+    pub fn whole_node(&self, tasks: u32) -> Vec<String> {
+        let mut v = vec![
+            "-O".to_owned(),
+            format!("-n{tasks}"),
+            format!("-c{}", self.shape.cpus()),
+        ];
+        if self.gpus > 0 {
+            v.push(format!("--gres=gpu:{}", self.gpus));
+        }
+        v
+    }
+
+    /// A client command (`srun`, `sbatch`, `scontrol`, ...) bounded by `timeout`, with a
+    /// clean environment plus SLURM_CONF, run from the shared `work/` dir.
+    pub fn command(&self, argv: &[&str], opts: &ClientOptions) -> Result<Command> {
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| harness_err!("empty client command"))?;
+        let secs = opts.timeout.as_secs().max(1).to_string();
+        let mut cmd;
+        if let Some(user) = &opts.user {
+            // runuser first, so `timeout` runs as the user and can signal srun.
+            cmd = Command::new(&self.programs.runuser);
+            cmd.args(["-u", user, "--"]).arg(&self.programs.timeout);
+        } else {
+            cmd = Command::new(&self.programs.timeout);
+        }
+        cmd.args(["-k", "5", &secs])
+            .arg(program)
+            .args(args)
+            .env_clear()
+            .env("PATH", CLEAN_PATH)
+            .env("SLURM_CONF", &self.conf)
+            .current_dir(self.path.join("work"));
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        Ok(cmd)
+    }
+
+    /// Run a client command and collect its output.
+    pub fn client(&self, argv: &[&str], opts: &ClientOptions) -> Result<StepOutput> {
+        let mut cmd = self.command(argv, opts)?;
+        let out = cmd.output().context(|| format!("run {}", argv.join(" ")))?;
+        let mut command = String::new();
+        if let Some(u) = &opts.user {
+            command.push_str(&format!("(as {u}) "));
+        }
+        for (k, v) in &opts.env {
+            command.push_str(&format!("{k}={v} "));
+        }
+        command.push_str(&argv.join(" "));
+        Ok(StepOutput {
+            command,
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// `srun ARGS` as root.
+    pub fn srun(&self, args: &[&str]) -> Result<StepOutput> {
+        self.srun_with(args, &ClientOptions::default())
+    }
+
+    pub fn srun_with(&self, args: &[&str], opts: &ClientOptions) -> Result<StepOutput> {
+        let mut argv = vec!["srun"];
+        argv.extend_from_slice(args);
+        self.client(&argv, opts)
+    }
+
+    /// `srun -l ARGS PROBE`: every task reports its mask, policy and env.
+    pub fn probe(&self, args: &[&str], opts: &ClientOptions) -> Result<StepOutput> {
+        let probe = self.probe_script();
+        let probe = probe.display().to_string();
+        let mut argv = vec!["srun", "-l"];
+        argv.extend_from_slice(args);
+        argv.push(&probe);
+        self.client(&argv, opts)
+    }
+
+    /// The probe as an executable script (for batch scripts: `srun -l ... PROBE_PATH`).
+    pub fn probe_script(&self) -> PathBuf {
+        self.path.join("lib/probe.sh")
+    }
+
+    /// Submit `script` with `sbatch ARGS`, wait for the job to end (bounded by the
+    /// options' timeout) and return its state, exit code and output.
+    pub fn sbatch(&self, script: &str, args: &[&str], opts: &ClientOptions) -> Result<BatchJob> {
+        let jobs = self.path.join("jobs");
+        let n = fs::read_dir(&jobs).map(|d| d.count()).unwrap_or(0);
+        let script_path = jobs.join(format!("script-{n}.sh"));
+        write(&script_path, script)?;
+        set_mode(&script_path, 0o755)?;
+        let output = jobs.join("job-%j.out");
+        let error = jobs.join("job-%j.err");
+        let (o, e, s) = (
+            format!("--output={}", output.display()),
+            format!("--error={}", error.display()),
+            script_path.display().to_string(),
+        );
+        let mut argv = vec!["sbatch", "--parsable", o.as_str(), e.as_str()];
+        argv.extend_from_slice(args);
+        argv.push(&s);
+        let submitted = self.client(&argv, opts)?;
+        if !submitted.success() {
+            return Err(harness_err!("sbatch refused the job: {submitted}"));
+        }
+        let id: u32 = submitted
+            .stdout
+            .trim()
+            .split(';')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| harness_err!("sbatch printed no job id: {submitted}"))?;
+        let deadline = Instant::now() + opts.timeout;
+        let (state, exit_code) = loop {
+            let id_s = id.to_string();
+            let show = self.client(
+                &["scontrol", "-o", "show", "job", &id_s],
+                &ClientOptions::bounded(10),
+            )?;
+            let field = |key: &str| {
+                show.stdout
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                    .map(str::to_owned)
+            };
+            let state = field("JobState").unwrap_or_default();
+            if is_terminal(&state) {
+                break (state, field("ExitCode").unwrap_or_default());
+            }
+            if Instant::now() >= deadline {
+                let _ = self.client(&["scancel", &id_s], &ClientOptions::bounded(10));
+                return Err(harness_err!(
+                    "batch job {id} did not finish within {:?} (state {state}){}",
+                    opts.timeout,
+                    self.log_tails()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let read = |p: &Path| {
+            let path = PathBuf::from(p.display().to_string().replace("%j", &id.to_string()));
+            fs::read_to_string(path).unwrap_or_default()
+        };
+        Ok(BatchJob {
+            id,
+            state,
+            exit_code,
+            stdout: read(&output),
+            stderr: read(&error),
+        })
+    }
+
+    /// Cancel whatever still runs (a failed test's leftovers), bounded.
+    fn cancel_all(&self) {
+        let Ok(q) = self.client(&["squeue", "-h", "-o", "%i"], &ClientOptions::bounded(5)) else {
+            return;
+        };
+        if q.success() && !q.stdout.trim().is_empty() {
+            let _ = self.client(
+                &["scancel", "--full", "-u", "root"],
+                &ClientOptions::bounded(5),
+            );
+            let _ = self.client(
+                &["scancel", "--full", "-u", "nobody"],
+                &ClientOptions::bounded(5),
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.cancel_all();
+        if std::thread::panicking() {
+            eprintln!(
+                "gpu-affinity-tests: cluster in {} at failure:{}",
+                self.path.display(),
+                self.log_tails()
+            );
+        }
+        // slurmd before slurmctld (else slurmd keeps retrying and needs SIGKILL), munged last.
+        while let Some(mut d) = self.daemons.pop() {
+            d.stop(STOP_GRACE);
+        }
+        if std::env::var_os(KEEP_ENV).is_some()
+            && let Some(dir) = self.dir.take()
+        {
+            let kept = dir.keep();
+            eprintln!("gpu-affinity-tests: kept cluster dir {}", kept.display());
+        }
+    }
+}
+
+/// How a client command runs.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// Run as this user (via `runuser -u`), not root.
+    pub user: Option<String>,
+    /// Extra environment on top of the clean one.
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            user: None,
+            env: Vec::new(),
+            timeout: CLIENT_TIMEOUT,
+        }
+    }
+}
+
+impl ClientOptions {
+    pub fn bounded(secs: u64) -> Self {
+        Self {
+            timeout: Duration::from_secs(secs),
+            ..Self::default()
+        }
+    }
+
+    pub fn as_user(user: &str) -> Self {
+        Self {
+            user: Some(user.to_owned()),
+            ..Self::default()
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// A finished batch job.
+#[derive(Debug, Clone)]
+pub struct BatchJob {
+    pub id: u32,
+    /// Final JobState (COMPLETED, FAILED, ...).
+    pub state: String,
+    /// Slurm's `ExitCode=code:signal`.
+    pub exit_code: String,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl BatchJob {
+    pub fn completed(&self) -> bool {
+        self.state == "COMPLETED" && self.exit_code == "0:0"
+    }
+
+    /// Parse the job's output as probe lines (the script ran `srun -l ... sh -c PROBE`).
+    pub fn tasks(&self) -> Result<std::collections::BTreeMap<u32, crate::report::TaskReport>> {
+        crate::report::parse_probe(&self.stdout)
+    }
+}
+
+impl std::fmt::Display for BatchJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "job {} {} exit {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.id,
+            self.state,
+            self.exit_code,
+            self.stdout.trim_end(),
+            self.stderr.trim_end()
+        )
+    }
+}
+
+fn is_terminal(state: &str) -> bool {
+    matches!(
+        state,
+        "COMPLETED"
+            | "FAILED"
+            | "CANCELLED"
+            | "TIMEOUT"
+            | "NODE_FAIL"
+            | "OUT_OF_MEMORY"
+            | "BOOT_FAIL"
+            | "DEADLINE"
+            | "PREEMPTED"
+    )
+}
+
+fn short_hostname() -> Result<String> {
+    let full = fs::read_to_string("/proc/sys/kernel/hostname")
+        .context(|| "read /proc/sys/kernel/hostname".to_owned())?;
+    let short = full.trim().split('.').next().unwrap_or_default().to_owned();
+    if short.is_empty() {
+        Err(harness_err!("this machine has an empty hostname"))
+    } else {
+        Ok(short)
+    }
+}
+
+fn mkdir(path: &Path, mode: u32) -> Result<()> {
+    fs::create_dir_all(path).context(|| format!("create {}", path.display()))?;
+    set_mode(path, mode)
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .context(|| format!("chmod {mode:o} {}", path.display()))
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    fs::write(path, text).map_err(|e| HarnessError(format!("write {}: {e}", path.display())))
+}

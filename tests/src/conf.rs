@@ -1,0 +1,294 @@
+//! The text of the cluster's configuration files.
+//!
+//! Kept apart from the process handling so the exact lines a test cluster runs with are
+//! in one place and easy to compare with the facts file (../shared/slurm-test-cluster.md).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Which task plugin slurmd runs next to the SPANK plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskPlugin {
+    /// `task/none`: only gpu-affinity binds tasks. Required for an emulated node larger
+    /// than the machine.
+    #[default]
+    None,
+    /// `task/affinity`: Slurm binds too (to the real CPUs); gpu-affinity must still win.
+    Affinity,
+    /// `task/cgroup,task/affinity` with `proctrack/cgroup` and `ConstrainDevices=yes`:
+    /// each step sees only its own fake GPUs.
+    CgroupDevices,
+}
+
+/// The node as slurmd reports it to slurmctld.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeShape {
+    /// What `slurmd -C` says about this machine.
+    Real {
+        sockets: u32,
+        cores_per_socket: u32,
+        threads_per_core: u32,
+    },
+    /// A larger node than the machine (`SlurmdParameters=config_overrides`); only works
+    /// with `task/none`.
+    Emulated {
+        sockets: u32,
+        cores_per_socket: u32,
+        threads_per_core: u32,
+    },
+}
+
+impl NodeShape {
+    pub fn cpus(&self) -> u32 {
+        match *self {
+            NodeShape::Real {
+                sockets,
+                cores_per_socket,
+                threads_per_core,
+            }
+            | NodeShape::Emulated {
+                sockets,
+                cores_per_socket,
+                threads_per_core,
+            } => sockets * cores_per_socket * threads_per_core,
+        }
+    }
+
+    fn line(&self) -> String {
+        let (NodeShape::Real {
+            sockets,
+            cores_per_socket,
+            threads_per_core,
+        }
+        | NodeShape::Emulated {
+            sockets,
+            cores_per_socket,
+            threads_per_core,
+        }) = *self;
+        format!(
+            "CPUs={} Boards=1 SocketsPerBoard={sockets} CoresPerSocket={cores_per_socket} \
+             ThreadsPerCore={threads_per_core}",
+            self.cpus()
+        )
+    }
+
+    /// Parse the node line `slurmd -C` prints.
+    pub fn from_slurmd_c(text: &str) -> Option<NodeShape> {
+        let field = |key: &str| -> Option<u32> {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+        };
+        Some(NodeShape::Real {
+            sockets: field("SocketsPerBoard")? * field("Boards").unwrap_or(1),
+            cores_per_socket: field("CoresPerSocket")?,
+            threads_per_core: field("ThreadsPerCore")?,
+        })
+    }
+}
+
+/// Everything slurm.conf needs to know.
+pub struct SlurmConf<'a> {
+    pub cluster_name: &'a str,
+    pub node: &'a str,
+    pub ctld_port: u16,
+    pub slurmd_port: u16,
+    pub dir: &'a Path,
+    pub munge_socket: &'a Path,
+    pub plugstack: &'a Path,
+    pub shape: &'a NodeShape,
+    pub task_plugin: TaskPlugin,
+    pub gpus: u32,
+    /// SlurmdDebug level; `verbose` makes the plugin's per-step summary visible in slurmd.log.
+    pub slurmd_debug: &'a str,
+}
+
+impl SlurmConf<'_> {
+    pub fn render(&self) -> String {
+        let d = self.dir.display();
+        let (proctrack, task) = match self.task_plugin {
+            TaskPlugin::None => ("proctrack/linuxproc", "task/none"),
+            TaskPlugin::Affinity => ("proctrack/linuxproc", "task/affinity"),
+            TaskPlugin::CgroupDevices => ("proctrack/cgroup", "task/cgroup,task/affinity"),
+        };
+        let mut s = String::new();
+        let mut line = |l: String| {
+            s.push_str(&l);
+            s.push('\n');
+        };
+        line("# written by gpu-affinity-tests; throwaway one-node cluster".into());
+        line(format!("ClusterName={}", self.cluster_name));
+        line(format!("SlurmctldHost={}(127.0.0.1)", self.node));
+        line(format!("SlurmctldPort={}", self.ctld_port));
+        line(format!("SlurmdPort={}", self.slurmd_port));
+        line("SlurmUser=root".into());
+        line("SlurmdUser=root".into());
+        line("AuthType=auth/munge".into());
+        line("CredType=cred/munge".into());
+        line(format!("AuthInfo=socket={}", self.munge_socket.display()));
+        line(format!("StateSaveLocation={d}/state"));
+        line(format!("SlurmdSpoolDir={d}/spool/%n"));
+        line(format!("SlurmctldPidFile={d}/run/slurmctld.pid"));
+        line(format!("SlurmdPidFile={d}/run/slurmd-%n.pid"));
+        line(format!("SlurmctldLogFile={d}/log/slurmctld.log"));
+        line(format!("SlurmdLogFile={d}/log/slurmd.log"));
+        line("SlurmctldDebug=info".into());
+        line(format!("SlurmdDebug={}", self.slurmd_debug));
+        line(format!("ProctrackType={proctrack}"));
+        line(format!("TaskPlugin={task}"));
+        line("SelectType=select/cons_tres".into());
+        line("SelectTypeParameters=CR_Core".into());
+        line("GresTypes=gpu".into());
+        line("AccountingStorageType=accounting_storage/none".into());
+        line("JobAcctGatherType=jobacct_gather/none".into());
+        line("JobCompType=jobcomp/none".into());
+        line("MpiDefault=none".into());
+        line("MailProg=/bin/true".into());
+        line("ReturnToService=2".into());
+        // Short so a failed test's leftovers do not keep the node busy for long.
+        line("KillWait=2".into());
+        line("MinJobAge=2".into());
+        line(format!("PlugStackConfig={}", self.plugstack.display()));
+        if matches!(self.shape, NodeShape::Emulated { .. }) {
+            line("SlurmdParameters=config_overrides".into());
+        }
+        let gres = if self.gpus > 0 {
+            format!(" Gres=gpu:{}", self.gpus)
+        } else {
+            String::new()
+        };
+        line(format!(
+            "NodeName={} NodeAddr=127.0.0.1 {}{gres} State=UNKNOWN",
+            self.node,
+            self.shape.line()
+        ));
+        line(format!(
+            "PartitionName=test Nodes={} Default=YES MaxTime=INFINITE State=UP",
+            self.node
+        ));
+        s
+    }
+}
+
+/// gres.conf listing the fake GPU device nodes `dev_dir/nvidia0..N-1`.
+pub fn gres_conf(node: &str, dev_dir: &Path, gpus: u32) -> String {
+    match gpus {
+        0 => String::new(),
+        1 => format!(
+            "NodeName={node} Name=gpu File={}/nvidia0\n",
+            dev_dir.display()
+        ),
+        n => format!(
+            "NodeName={node} Name=gpu File={}/nvidia[0-{}]\n",
+            dev_dir.display(),
+            n - 1
+        ),
+    }
+}
+
+/// cgroup.conf (read next to slurm.conf); only the cgroup plugins use it.
+pub fn cgroup_conf(task_plugin: TaskPlugin) -> String {
+    let mut s = String::from("CgroupPlugin=autodetect\nCgroupMountpoint=/sys/fs/cgroup\n");
+    if task_plugin == TaskPlugin::CgroupDevices {
+        s.push_str("ConstrainDevices=yes\n");
+    }
+    s
+}
+
+/// One plugstack.conf line: `required PLUGIN key=value ...`.
+pub fn plugstack_line(plugin: &Path, args: &[(String, String)]) -> String {
+    let mut s = format!("required {}", plugin.display());
+    for (k, v) in args {
+        let _ = write!(s, " {k}={v}");
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_node_line_of_slurmd_c() {
+        let text = "NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 \
+                    RealMemory=24105\nUpTime=0-00:06:56\n";
+        assert_eq!(
+            NodeShape::from_slurmd_c(text),
+            Some(NodeShape::Real {
+                sockets: 1,
+                cores_per_socket: 2,
+                threads_per_core: 1
+            })
+        );
+        assert_eq!(NodeShape::from_slurmd_c("garbage"), None);
+    }
+
+    fn render(shape: NodeShape, task_plugin: TaskPlugin) -> String {
+        SlurmConf {
+            cluster_name: "t",
+            node: "n1",
+            ctld_port: 20000,
+            slurmd_port: 20001,
+            dir: Path::new("/tmp/c"),
+            munge_socket: Path::new("/tmp/c/munge/munge.socket"),
+            plugstack: Path::new("/tmp/c/plugstack.conf"),
+            shape: &shape,
+            task_plugin,
+            gpus: 8,
+            slurmd_debug: "info",
+        }
+        .render()
+    }
+
+    #[test]
+    fn an_emulated_node_uses_config_overrides() {
+        let big = NodeShape::Emulated {
+            sockets: 2,
+            cores_per_socket: 48,
+            threads_per_core: 2,
+        };
+        let text = render(big, TaskPlugin::None);
+        assert!(
+            text.contains("SlurmdParameters=config_overrides\n"),
+            "{text}"
+        );
+        assert!(text.contains("CPUs=192 "), "{text}");
+        assert!(text.contains("Gres=gpu:8 "), "{text}");
+        assert!(text.contains("TaskPlugin=task/none\n"), "{text}");
+        assert!(
+            text.contains("AuthInfo=socket=/tmp/c/munge/munge.socket\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cgroup_devices_turns_on_the_cgroup_plugins() {
+        let real = NodeShape::Real {
+            sockets: 1,
+            cores_per_socket: 2,
+            threads_per_core: 1,
+        };
+        let text = render(real, TaskPlugin::CgroupDevices);
+        assert!(text.contains("ProctrackType=proctrack/cgroup\n"), "{text}");
+        assert!(
+            text.contains("TaskPlugin=task/cgroup,task/affinity\n"),
+            "{text}"
+        );
+        assert!(!text.contains("config_overrides"), "{text}");
+        assert!(cgroup_conf(TaskPlugin::CgroupDevices).contains("ConstrainDevices=yes"));
+    }
+
+    #[test]
+    fn gres_conf_lists_the_fake_devices() {
+        assert_eq!(
+            gres_conf("n1", Path::new("/d"), 8),
+            "NodeName=n1 Name=gpu File=/d/nvidia[0-7]\n"
+        );
+        assert_eq!(
+            gres_conf("n1", Path::new("/d"), 1),
+            "NodeName=n1 Name=gpu File=/d/nvidia0\n"
+        );
+        assert_eq!(gres_conf("n1", Path::new("/d"), 0), "");
+    }
+}

@@ -1,0 +1,115 @@
+//! Building and locating `gpu_affinity.so` for the clusters the harness starts.
+//!
+//! The tests crate cannot depend on the cdylib (Cargo only links the rlib of a
+//! dependency), so the harness runs `cargo build -p gpu-affinity-spank` itself, once per
+//! test process and variant; Cargo's own lock and fingerprints keep that cheap.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::error::{Context, HarnessError, Result};
+use crate::harness_err;
+
+/// Use this plugin instead of building one (e.g. an installed package's .so).
+pub const PLUGIN_ENV: &str = "GPU_AFFINITY_PLUGIN";
+/// Use this `panic-test` plugin instead of building one.
+pub const PANIC_PLUGIN_ENV: &str = "GPU_AFFINITY_PANIC_PLUGIN";
+
+const PACKAGE: &str = "gpu-affinity-spank";
+const LIB_FILE: &str = "libgpu_affinity.so";
+
+/// Which build of the plugin a cluster loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// The normal debug build (`target/debug`).
+    Debug,
+    /// Optimised, as shipped; used by the launch benchmark (`target/release`).
+    Release,
+    /// Debug build with the `panic-test` feature, which lets plugstack `test_panic=HOOK`
+    /// panic inside a hook. Built into its own target dir so it never replaces the
+    /// normal build.
+    PanicTest,
+}
+
+/// The workspace root (the parent of this crate).
+pub fn workspace_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+fn cargo() -> PathBuf {
+    std::env::var_os("CARGO")
+        .map(PathBuf::from)
+        .or_else(|| option_env!("CARGO").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("cargo"))
+}
+
+/// The plugin for `variant`, built if needed.
+pub fn plugin(variant: Variant) -> Result<PathBuf> {
+    static DEBUG: OnceLock<Result<PathBuf>> = OnceLock::new();
+    static RELEASE: OnceLock<Result<PathBuf>> = OnceLock::new();
+    static PANIC: OnceLock<Result<PathBuf>> = OnceLock::new();
+    let cell = match variant {
+        Variant::Debug => &DEBUG,
+        Variant::Release => &RELEASE,
+        Variant::PanicTest => &PANIC,
+    };
+    cell.get_or_init(|| locate_or_build(variant)).clone()
+}
+
+fn locate_or_build(variant: Variant) -> Result<PathBuf> {
+    let override_env = match variant {
+        Variant::Debug | Variant::Release => PLUGIN_ENV,
+        Variant::PanicTest => PANIC_PLUGIN_ENV,
+    };
+    if let Some(path) = std::env::var_os(override_env).map(PathBuf::from) {
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(harness_err!(
+                "{override_env}={} is not a file",
+                path.display()
+            ))
+        };
+    }
+    let mut cmd = Command::new(cargo());
+    cmd.current_dir(workspace_root())
+        .args(["build", "--quiet", "-p", PACKAGE, "--lib"]);
+    let built = match variant {
+        Variant::Debug => target_dir().join("debug").join(LIB_FILE),
+        Variant::Release => {
+            cmd.arg("--release");
+            target_dir().join("release").join(LIB_FILE)
+        }
+        Variant::PanicTest => {
+            let dir = target_dir().join("panic-test");
+            cmd.args(["--features", "panic-test", "--target-dir"])
+                .arg(&dir);
+            dir.join("debug").join(LIB_FILE)
+        }
+    };
+    let out = cmd
+        .output()
+        .context(|| format!("run {:?} to build the plugin", cmd.get_program()))?;
+    if !out.status.success() {
+        return Err(HarnessError(format!(
+            "building the plugin ({variant:?}) failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    if !built.is_file() {
+        return Err(harness_err!(
+            "cargo built {PACKAGE} but {} does not exist",
+            built.display()
+        ));
+    }
+    Ok(built)
+}

@@ -1,0 +1,83 @@
+//! The panic guard in a real slurmstepd: a plugin built with the `panic-test` feature
+//! panics inside the hook plugstack `test_panic=HOOK` names. The step must end (no hang,
+//! no core dump), no task may run past a failed hook, slurmd and slurmctld must survive,
+//! and the next normal step must run and be bound.
+
+mod common;
+
+use common::{ND_H100_V5, check_step, machine, probe_whole_node, start};
+use gpu_affinity_tests::{ClientOptions, ClusterBuilder, Variant};
+use std::time::Duration;
+
+/// Remote hooks the plugin's `panic-test` build can panic in.
+const HOOKS: &[&str] = &["init", "init_post_opt", "user_init", "task_init", "exit"];
+
+#[test]
+fn a_panic_in_any_hook_fails_cleanly_and_the_next_step_runs() {
+    let m = machine(ND_H100_V5);
+    let builder = ClusterBuilder::new().plugin_variant(Variant::PanicTest);
+    let Some(mut cluster) = start("panic_guard", &m, builder) else {
+        return;
+    };
+    let opts = ClientOptions::bounded(30);
+    for hook in HOOKS {
+        cluster
+            .write_plugstack_with(&[("test_panic", hook)])
+            .expect("plugstack");
+        let log_before = cluster.log("slurmd.log").len();
+        let out = probe_whole_node(&cluster, Some("strict"), 8, &opts);
+        assert!(!out.timed_out(), "panic in {hook}: srun hung: {out}");
+        assert_ne!(
+            out.code(),
+            Some(134),
+            "panic in {hook} aborted a process: {out}"
+        );
+        // The guard caught the panic and logged its message (the trigger's own text).
+        let log = cluster.log("slurmd.log");
+        assert!(
+            log.get(log_before..)
+                .unwrap_or_default()
+                .contains(&format!("test_panic={hook}")),
+            "no logged panic for {hook}{}",
+            cluster.log_tails()
+        );
+        if *hook == "exit" {
+            // slurm_spank_exit runs after the tasks: they ran, bound.
+            check_step(&m, &out, "strict", 1);
+        } else {
+            // A hook before exec failed: no task may run (least of all unbound). Slurm
+            // reports the failed launch on srun's stderr; 22.05 still exits 0 when
+            // init/init_post_opt/user_init fail, 1 when task_init does.
+            let ran = out.tasks().expect("probe").len();
+            assert_eq!(ran, 0, "panic in {hook}: tasks ran anyway: {out}");
+            assert!(
+                out.stderr.contains("fail"),
+                "panic in {hook}: no failure on srun's stderr: {out}"
+            );
+        }
+        if *hook == "task_init" {
+            assert!(
+                !out.success(),
+                "a panic in task_init must fail the step: {out}"
+            );
+        }
+        assert!(
+            cluster.daemons_alive(),
+            "panic in {hook} took a daemon down{}",
+            cluster.log_tails()
+        );
+        cluster
+            .wait_idle(Duration::from_secs(15))
+            .unwrap_or_else(|e| panic!("after a panic in {hook}: {e}"));
+
+        cluster.write_plugstack_with(&[]).expect("plugstack");
+        let out = probe_whole_node(&cluster, Some("strict"), 8, &opts);
+        check_step(&m, &out, "strict", 1);
+    }
+    let cores: Vec<_> = std::fs::read_dir(cluster.dir().join("work"))
+        .expect("work dir")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("core"))
+        .collect();
+    assert!(cores.is_empty(), "core files left: {cores:?}");
+}
