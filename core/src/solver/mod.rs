@@ -300,7 +300,7 @@ pub fn solve(machine: &Machine, request: &StepRequest) -> Plan {
     let problems = problems.into_sorted();
     let (violations, warnings) = match request.mode {
         Mode::Strict => (problems, Vec::new()),
-        Mode::Prefer => (Vec::new(), problems),
+        Mode::Prefer => (Vec::new(), problems.into_iter().map(as_warning).collect()),
     };
     Plan {
         mode: request.mode,
@@ -423,6 +423,20 @@ fn assign_cpus(
             .push(format!("CPUs {share}: {why}; using {what}"));
         ranks[r].cpus = share;
     }
+}
+
+/// The way out strict messages offer; under prefer the user already took it.
+const PREFER_HINT: &str = "use --gpu-affinity=prefer";
+
+/// The same problem, worded for a step that runs anyway: the advice to switch to prefer
+/// is dropped (the user is in prefer) and the message says the step continues.
+fn as_warning(mut v: Violation) -> Violation {
+    let without_hint = v
+        .message
+        .replace(&format!(" or {PREFER_HINT}"), "")
+        .replace(&format!("{PREFER_HINT} or "), "");
+    v.message = format!("{without_hint} (continuing under --gpu-affinity=prefer)");
+    v
 }
 
 /// Problems in the order users read them: step-wide first, then by rank.
