@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod catalog;
+pub mod config;
 pub mod cpuset;
 pub mod fabric;
 pub mod model;

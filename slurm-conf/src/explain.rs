@@ -1,8 +1,10 @@
 //! `gpu-affinity explain`: the per-rank plan for a step on a node, as a table or JSON.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args as ClapArgs, ValueEnum};
+use gpu_affinity::config::{self, Config};
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::fabric::{self, StepFabric, StepInputs, profiles};
 use gpu_affinity::model::Machine;
@@ -33,9 +35,17 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Directory of admin profiles that extend or replace the built-in ones.
-    #[arg(long, value_name = "DIR", default_value = profiles::DEFAULT_PROFILE_DIR)]
-    profiles_dir: std::path::PathBuf,
+    /// The admin config whose `[fabric]` table (force, profiles_dir) applies, as in the
+    /// plugin [default: /etc/gpu-affinity/config.toml when it exists].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Directory of admin profiles that extend or replace the built-in ones [default: the
+    /// config's `profiles_dir`, else /etc/gpu-affinity/profiles.d].
+    #[arg(long, value_name = "DIR")]
+    profiles_dir: Option<PathBuf>,
+    /// The uid the config and profiles must belong to (tests; root otherwise).
+    #[arg(long, value_name = "UID", default_value_t = config::ROOT, hide = true)]
+    trusted_owner: u32,
 }
 
 /// Where the plugin writes a generated NCCL topology file (inside the step's temp dir).
@@ -91,20 +101,27 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 }
 
 /// The fabric environment, seen from this process: a variable set here counts as the
-/// user's own, as it would in the job.
+/// user's own, as it would in the job, unless the admin config forces it. Config and
+/// profiles go through the plugin's own checks (core's `config` and `load_trusted`).
 fn fabric_for(machine: &Machine, plan: &Plan, args: &Args) -> Result<StepFabric, CliError> {
-    let mut files = profiles::embedded();
-    if args.profiles_dir.is_dir() {
-        files.extend(profiles::read_profile_dir(&args.profiles_dir)?);
-    }
-    let profiles = profiles::load(&files)?;
+    let owner = args.trusted_owner;
+    let config = match config::locate(args.config.as_deref(), Path::new(config::DEFAULT_CONFIG)) {
+        Some(path) => config::read_trusted(&path, owner)?,
+        None => Config::default(),
+    };
+    let profiles_dir = args
+        .profiles_dir
+        .clone()
+        .or(config.fabric.profiles_dir)
+        .unwrap_or_else(|| PathBuf::from(profiles::DEFAULT_PROFILE_DIR));
+    let profiles = profiles::load_trusted(&profiles_dir, owner)?;
     let existing = |key: &str| std::env::var(key).ok();
     let vendor_topology =
-        |path: &str| gpu_affinity::sources::read_topology_file(std::path::Path::new(path)).ok();
+        |path: &str| gpu_affinity::sources::read_topology_file(Path::new(path)).ok();
     let inputs = StepInputs {
         profiles: &profiles,
         existing: &existing,
-        forced: &[],
+        forced: &config.fabric.force,
         vendor_topology: &vendor_topology,
         generated_topology_path: GENERATED_TOPOLOGY,
     };

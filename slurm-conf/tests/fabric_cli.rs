@@ -62,6 +62,11 @@ enum Source<'a> {
 
 /// Write the fixture tree and return `explain --json` on it.
 fn explain_tree(source: &Source<'_>, user_env: &[(&str, &str)]) -> Value {
+    json_of(&explain_run(source, &[], user_env))
+}
+
+/// Write the fixture tree and run `explain --json` with `extra` arguments on it.
+fn explain_run(source: &Source<'_>, extra: &[&str], user_env: &[(&str, &str)]) -> Output {
     let dir = tempfile::tempdir().expect("tempdir");
     let out_dir = dir.path().join("node");
     let out_arg = out_dir.to_string_lossy().into_owned();
@@ -77,10 +82,12 @@ fn explain_tree(source: &Source<'_>, user_env: &[(&str, &str)]) -> Value {
     }
     args.extend(["--out", out_arg.as_str()]);
     ok(&gpu_affinity(&args, &[]), "fixture");
-    let out = gpu_affinity(
-        &["explain", "--sysfs-root", out_arg.as_str(), "--json"],
-        user_env,
-    );
+    let mut explain = vec!["explain", "--sysfs-root", out_arg.as_str(), "--json"];
+    explain.extend(extra);
+    gpu_affinity(&explain, user_env)
+}
+
+fn json_of(out: &Output) -> Value {
     // Exit 2 (strict refusal) still prints the JSON; only a crash or bad input is wrong.
     assert!(
         matches!(out.status.code(), Some(0 | 2)),
@@ -247,4 +254,150 @@ fn a_users_own_setting_shows_as_user_set() {
             }
         }
     }
+}
+
+/// An admin file in a temp dir, mode `mode`; returns its path and owner uid (the test's
+/// own: root in CI, passed to explain's hidden `--trusted-owner` so the check is the
+/// real one for any user).
+fn admin_file(dir: &Path, name: &str, text: &str, mode: u32) -> (String, String) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write admin file");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    let uid = std::fs::metadata(&path).expect("metadata").uid();
+    (path.to_string_lossy().into_owned(), uid.to_string())
+}
+
+/// `[fabric] force` in the admin config: explain shows the profile's value even where
+/// the user set their own, exactly as the plugin exports it; without the config the
+/// user's value stays.
+#[test]
+fn a_forced_variable_shows_the_profile_value_over_the_users() {
+    let source = Source::Machine("BM.GPU.H100.8");
+    let key = "NCCL_SOCKET_IFNAME";
+    let user = [(key, "user-choice0")];
+    let conf = tempfile::tempdir().expect("tempdir");
+    let (config, uid) = admin_file(
+        conf.path(),
+        "config.toml",
+        "[fabric]\nforce = [\"NCCL_SOCKET_IFNAME\"]\n",
+        0o644,
+    );
+    let with_config = ["--config", config.as_str(), "--trusted-owner", uid.as_str()];
+
+    let plain = explain_tree(&source, &[]);
+    let profile_value = &plain["env"]["node"][key]["value"];
+    assert!(profile_value.is_string(), "the OCI profile sets {key}");
+    assert_ne!(profile_value, "user-choice0");
+
+    let unforced = explain_tree(&source, &user);
+    assert_eq!(unforced["env"]["node"][key]["origin"], "user_set");
+
+    let forced = json_of(&explain_run(&source, &with_config, &user));
+    let value = &forced["env"]["node"][key];
+    assert_eq!(&value["value"], profile_value, "{value}");
+    assert_eq!(value["origin"], "profile", "{value}");
+    assert_eq!(value["forced"], true, "{value}");
+    // Nothing else changes.
+    for (other, v) in forced["env"]["node"].as_object().expect("node") {
+        if other != key {
+            assert_eq!(v, &plain["env"]["node"][other], "{other}");
+        }
+    }
+}
+
+/// The config's `profiles_dir` is where explain takes admin profiles from, `--profiles-dir`
+/// wins over it, and both are held to the plugin's ownership rule.
+#[test]
+fn the_configs_profiles_dir_is_used_and_checked() {
+    use std::os::unix::fs::PermissionsExt;
+    let source = Source::Machine("BM.GPU.H100.8");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let site = tmp.path().join("profiles.d");
+    std::fs::create_dir(&site).expect("mkdir");
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (_, uid) = admin_file(
+        &site,
+        "site-oci.toml",
+        "description = \"site\"\npriority = 100\n[match]\nvendor = \"oci\"\n\n[[env]]\nkey = \"NCCL_IB_TC\"\nvalue = \"106\"\nsource = \"site network team\"\n",
+        0o644,
+    );
+    let (config, _) = admin_file(
+        tmp.path(),
+        "config.toml",
+        &format!("[fabric]\nprofiles_dir = \"{}\"\n", site.display()),
+        0o644,
+    );
+    let args = ["--config", config.as_str(), "--trusted-owner", uid.as_str()];
+    let json = json_of(&explain_run(&source, &args, &[]));
+    assert_eq!(json["profile"], "site-oci");
+    assert_eq!(json["env"]["node"]["NCCL_IB_TC"]["value"], "106");
+
+    // The flag wins over the config: an empty directory means built-ins only.
+    let empty = tmp.path().join("empty.d");
+    std::fs::create_dir(&empty).expect("mkdir");
+    std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let empty_arg = empty.to_string_lossy().into_owned();
+    let mut flag = args.to_vec();
+    flag.extend(["--profiles-dir", empty_arg.as_str()]);
+    assert_eq!(
+        json_of(&explain_run(&source, &flag, &[]))["profile"],
+        "oci-h100"
+    );
+
+    // A profiles directory others can write is refused like in the plugin.
+    std::fs::set_permissions(&site, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let out = explain_run(&source, &args, &[]);
+    refused(&out, "writable by group or others (mode 0777)");
+}
+
+/// A config anyone could change, or one with a bad key, is one line and exit 1.
+#[test]
+fn an_untrusted_or_bad_config_is_refused() {
+    let source = Source::Machine("BM.GPU.H100.8");
+    let conf = tempfile::tempdir().expect("tempdir");
+    let (config, uid) = admin_file(
+        conf.path(),
+        "config.toml",
+        "[fabric]\nforce = [\"NCCL_SOCKET_IFNAME\"]\n",
+        0o666,
+    );
+    let args = ["--config", config.as_str(), "--trusted-owner", uid.as_str()];
+    refused(
+        &explain_run(&source, &args, &[]),
+        &format!("config {config} is writable by group or others (mode 0666); refusing it"),
+    );
+    // Not the owner the plugin demands.
+    let (config, uid) = admin_file(conf.path(), "config.toml", "", 0o644);
+    let other = (uid.parse::<u32>().expect("uid") + 1).to_string();
+    let args = [
+        "--config",
+        config.as_str(),
+        "--trusted-owner",
+        other.as_str(),
+    ];
+    refused(&explain_run(&source, &args, &[]), "not root; refusing it");
+
+    let (config, _) = admin_file(conf.path(), "config.toml", "[fabric]\nforced = []\n", 0o644);
+    let args = ["--config", config.as_str(), "--trusted-owner", uid.as_str()];
+    refused(
+        &explain_run(&source, &args, &[]),
+        &format!("config {config}:2: unknown field `forced`"),
+    );
+    let missing = conf.path().join("absent.toml");
+    let missing = missing.to_string_lossy();
+    refused(
+        &explain_run(&source, &["--config", &missing], &[]),
+        &format!("config {missing}: "),
+    );
+}
+
+fn refused(out: &Output, needle: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with("gpu-affinity: ") && stderr.contains(needle),
+        "{needle}: {stderr}"
+    );
 }

@@ -19,7 +19,7 @@ use gpu_affinity::model::Machine;
 use gpu_affinity::solver::Plan;
 
 use crate::run_dir::TOPOLOGY_FILE;
-use crate::settings::{Settings, check_trusted};
+use crate::settings::Settings;
 
 /// The NCCL topology file generated for this step, written as root in task_post_fork.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,32 +43,12 @@ pub struct StepFabric {
     pub warnings: Vec<String>,
 }
 
-/// The built-in profiles plus the admin's from `dir`. A missing directory means no
-/// admin profiles. Err: one line (file and line for a malformed profile), without the
-/// `gpu-affinity: ` prefix so it can serve as a refusal reason.
+/// The built-in profiles plus the admin's from `dir` (the core's one trusted loader,
+/// shared with `gpu-affinity explain`). A missing directory means no admin profiles.
+/// Err: one line (file and line for a malformed profile), without the `gpu-affinity: `
+/// prefix so it can serve as a refusal reason.
 pub fn load_profiles(dir: &Path, owner: u32) -> Result<Profiles, String> {
-    let mut files = profiles::embedded();
-    files.extend(admin_files(dir, owner)?);
-    profiles::load(&files).map_err(|e| e.to_string())
-}
-
-/// The admin's profile files, each checked like the config file (Invariant 2).
-fn admin_files(dir: &Path, owner: u32) -> Result<Vec<(String, String)>, String> {
-    let meta = match std::fs::metadata(dir) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("profiles directory {}: {e}", dir.display())),
-    };
-    check_trusted(&meta, "profiles directory", dir, owner)?;
-    // The directory is root's alone, so the files listed now are the files read.
-    let files = profiles::read_profile_dir(dir).map_err(|e| e.to_string())?;
-    for (path, _) in &files {
-        let path = Path::new(path);
-        let meta =
-            std::fs::metadata(path).map_err(|e| format!("profile {}: {e}", path.display()))?;
-        check_trusted(&meta, "profile", path, owner)?;
-    }
-    Ok(files)
+    profiles::load_trusted(dir, owner).map_err(|e| e.to_string())
 }
 
 /// Detect the vendor, render the profile for `plan` and settle NCCL_TOPO_FILE.

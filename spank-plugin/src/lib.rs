@@ -45,7 +45,8 @@
 //! root and not writable by group or others. Its `[plugin]` table may set `default`,
 //! `enforce`, `sysfs_root` and `run_dir`; its `[fabric]` table `force` (variables
 //! exported even when the user set them, e.g. `force = ["NCCL_IB_HCA"]`) and
-//! `profiles_dir`. Plugstack arguments win; unknown keys in either table are errors.
+//! `profiles_dir`. Plugstack arguments win; unknown tables and keys are errors (format
+//! and checks: `gpu_affinity::config`, shared with `gpu-affinity explain`).
 //! `enforce` is a floor: a user's lower mode is raised, with an info line. Root-side
 //! inputs never come from the user's environment. With a `sysfs_root` other than `/`
 //! (tests, replayed dumps), NUMA nodes the running kernel lacks are reported as not

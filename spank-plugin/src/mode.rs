@@ -2,56 +2,13 @@
 
 use std::fmt;
 
-use gpu_affinity::solver::Mode;
+/// The mode and floor words are the admin config's (core), so plugstack.conf, the config
+/// file and `--gpu-affinity` accept the same ones.
+pub use gpu_affinity::config::{Choice, Floor};
 
 /// The allowed values, as printed after a bad one.
 pub const ALLOWED: &str =
     "strict, prefer or off, optionally followed by ',verbose' (e.g. --gpu-affinity=strict,verbose)";
-
-/// How much binding a step gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Choice {
-    /// Do nothing at all (no discovery).
-    Off,
-    /// Apply the best plan, warn about problems.
-    Prefer,
-    /// Refuse a task whose binding has a problem.
-    Strict,
-}
-
-impl Choice {
-    pub fn parse(word: &str) -> Option<Choice> {
-        match word {
-            "off" => Some(Choice::Off),
-            "prefer" => Some(Choice::Prefer),
-            "strict" => Some(Choice::Strict),
-            _ => None,
-        }
-    }
-
-    /// The solver's mode; `None` for off (the solver never runs then).
-    pub fn solver_mode(self) -> Option<Mode> {
-        match self {
-            Choice::Off => None,
-            Choice::Prefer => Some(Mode::Prefer),
-            Choice::Strict => Some(Mode::Strict),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Choice::Off => "off",
-            Choice::Prefer => "prefer",
-            Choice::Strict => "strict",
-        }
-    }
-}
-
-impl fmt::Display for Choice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// One `--gpu-affinity` / `SLURM_GPU_AFFINITY` value: a mode and the verbose switch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,30 +43,6 @@ impl UserChoice {
             }
         }
         Ok(UserChoice { choice, verbose })
-    }
-}
-
-/// The admin's floor (`enforce=`): users may raise the mode, never lower it below this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Floor {
-    Prefer,
-    Strict,
-}
-
-impl Floor {
-    pub fn parse(word: &str) -> Option<Floor> {
-        match word {
-            "prefer" => Some(Floor::Prefer),
-            "strict" => Some(Floor::Strict),
-            _ => None,
-        }
-    }
-
-    fn choice(self) -> Choice {
-        match self {
-            Floor::Prefer => Choice::Prefer,
-            Floor::Strict => Choice::Strict,
-        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::settings::check_trusted;
+use gpu_affinity::config::check_trusted;
 
 /// The generated NCCL topology file's name inside the step directory.
 pub const TOPOLOGY_FILE: &str = "nccl-topo.xml";
@@ -96,7 +96,7 @@ fn ensure_dir(dir: &Path, what: &str, owner: u32) -> Result<(), String> {
             _ => io(dir, e),
         })?;
     let meta = handle.metadata().map_err(|e| io(dir, e))?;
-    check_trusted(&meta, what, dir, owner)?;
+    check_trusted(&meta, what, dir, owner).map_err(|e| e.to_string())?;
     if created {
         // The umask may have taken the search bits the job user needs.
         handle

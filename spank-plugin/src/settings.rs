@@ -4,18 +4,15 @@
 //! topology comes from (`sysfs_root`) and the site's default and floor must not be
 //! steerable by the people whose jobs they constrain.
 
-use std::fs::Metadata;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use gpu_affinity::config::{self, Config};
 use gpu_affinity::fabric::profiles::DEFAULT_PROFILE_DIR;
-
-use serde::Deserialize;
 
 use crate::mode::{Choice, Floor};
 
 /// Where the admin config lives when plugstack.conf names none.
-pub const DEFAULT_CONFIG: &str = "/etc/gpu-affinity/config.toml";
+pub use gpu_affinity::config::DEFAULT_CONFIG;
 
 /// Where per-step files (a generated NCCL topology) live when nothing else is named.
 pub const DEFAULT_RUN_DIR: &str = "/run/gpu-affinity";
@@ -165,93 +162,24 @@ fn absolute(value: &str) -> Option<PathBuf> {
     path.is_absolute().then_some(path)
 }
 
-/// The plugin's part of the admin TOML config. Other tables in the same file belong to
-/// the suite's other programs and are ignored here.
-#[derive(Debug, Default, Deserialize)]
-struct ConfigFile {
-    #[serde(default)]
-    plugin: PluginSection,
-    #[serde(default)]
-    fabric: FabricSection,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PluginSection {
-    default: Option<String>,
-    enforce: Option<String>,
-    sysfs_root: Option<PathBuf>,
-    run_dir: Option<PathBuf>,
-}
-
-/// The fabric environment's part of the config: shared with `gpu-affinity explain`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FabricSection {
-    /// Variables exported even when the user set them.
-    #[serde(default)]
-    force: Vec<String>,
-    profiles_dir: Option<PathBuf>,
-}
-
-/// Combine the arguments with the config file. The file is `args.config`, else
-/// [`DEFAULT_CONFIG`] when it exists. `owner` is the uid the file must belong to (root;
-/// tests pass their own uid).
+/// Combine the arguments with the config file (format and checks: `gpu_affinity::config`).
+/// The file is `args.config`, else [`DEFAULT_CONFIG`] when it exists. `owner` is the uid
+/// the file must belong to (root; tests pass their own uid).
 pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settings, String> {
-    let path = match &args.config {
-        Some(p) => Some(p.clone()),
-        None => default_config
-            .exists()
-            .then(|| default_config.to_path_buf()),
+    let path = config::locate(args.config.as_deref(), default_config);
+    let Config { plugin, fabric } = match &path {
+        Some(p) => config::read_trusted(p, owner).map_err(|e| format!("gpu-affinity: {e}"))?,
+        None => Config::default(),
     };
-    let ConfigFile {
-        plugin: file,
-        fabric,
-    } = match &path {
-        Some(p) => read_config(p, owner)?,
-        None => ConfigFile::default(),
-    };
-    let file_default = match file.default.as_deref().map(str::trim) {
-        Some(v) => Some(
-            Choice::parse(v)
-                .ok_or_else(|| config_bad(&path, "[plugin] default", v, "off, prefer or strict"))?,
-        ),
-        None => None,
-    };
-    let file_enforce = match file.enforce.as_deref().map(str::trim) {
-        Some(v) => Some(
-            Floor::parse(v)
-                .ok_or_else(|| config_bad(&path, "[plugin] enforce", v, "prefer or strict"))?,
-        ),
-        None => None,
-    };
-    for (table, key, dir) in [
-        ("plugin", "sysfs_root", &file.sysfs_root),
-        ("plugin", "run_dir", &file.run_dir),
-        ("fabric", "profiles_dir", &fabric.profiles_dir),
-    ] {
-        if let Some(dir) = dir
-            && !dir.is_absolute()
-        {
-            return Err(config_bad(
-                &path,
-                &format!("[{table}] {key}"),
-                &dir.display().to_string(),
-                "an absolute directory",
-            ));
-        }
-    }
-    check_force(&fabric.force)
-        .map_err(|(value, what)| config_bad(&path, "[fabric] force", &value, &what))?;
     let base = Settings::default();
     Ok(Settings {
         sysfs_root: args
             .sysfs_root
             .clone()
-            .or(file.sysfs_root)
+            .or(plugin.sysfs_root)
             .unwrap_or(base.sysfs_root),
-        default: args.default.or(file_default).unwrap_or(base.default),
-        enforce: args.enforce.or(file_enforce),
+        default: args.default.or(plugin.default).unwrap_or(base.default),
+        enforce: args.enforce.or(plugin.enforce),
         config: path,
         profiles_dir: args
             .profiles_dir
@@ -261,86 +189,12 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
         run_dir: args
             .run_dir
             .clone()
-            .or(file.run_dir)
+            .or(plugin.run_dir)
             .unwrap_or(base.run_dir),
         force: fabric.force,
         owner,
         test_panic: args.test_panic.clone(),
     })
-}
-
-/// A `force` entry must name one environment variable a profile could set, once.
-/// Err: (the entry, what was expected).
-fn check_force(force: &[String]) -> Result<(), (String, String)> {
-    for (i, key) in force.iter().enumerate() {
-        let name_ok = key
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !name_ok {
-            return Err((
-                key.clone(),
-                "an environment variable name such as NCCL_IB_HCA".into(),
-            ));
-        }
-        if key == "CUDA_VISIBLE_DEVICES" || key.starts_with("GPU_AFFINITY_") {
-            return Err((
-                key.clone(),
-                "a fabric variable; the plugin always sets this one per rank".into(),
-            ));
-        }
-        if force[..i].contains(key) {
-            return Err((key.clone(), "each variable listed once".into()));
-        }
-    }
-    Ok(())
-}
-
-fn config_bad(path: &Option<PathBuf>, key: &str, value: &str, what: &str) -> String {
-    let file = path.as_deref().map(Path::display);
-    match file {
-        Some(f) => {
-            format!("gpu-affinity: {f}: {key} = '{value}' is invalid: expected {what}")
-        }
-        None => format!("gpu-affinity: {key} = '{value}' is invalid: expected {what}"),
-    }
-}
-
-/// The one check for every root-side input (config, profiles directory and files, the
-/// run directory): owned by `owner` (root) and not writable by group or others, so no
-/// job user can steer what slurmstepd does as root. `what` names the input in the error
-/// (one line without the `gpu-affinity: ` prefix, so it can also be a refusal reason).
-pub fn check_trusted(meta: &Metadata, what: &str, path: &Path, owner: u32) -> Result<(), String> {
-    let shown = path.display();
-    if meta.uid() != owner {
-        return Err(format!(
-            "{what} {shown} is owned by uid {}, not root; refusing it",
-            meta.uid()
-        ));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{what} {shown} is writable by group or others (mode {:04o}); refusing it",
-            meta.mode() & 0o7777
-        ));
-    }
-    Ok(())
-}
-
-/// Read the config, refusing a file root does not fully control.
-fn read_config(path: &Path, owner: u32) -> Result<ConfigFile, String> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
-    check_trusted(&meta, "config", path, owner).map_err(|e| format!("gpu-affinity: {e}"))?;
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("gpu-affinity: config {shown}: {e}"))?;
-    toml::from_str(&text)
-        .map_err(|e| format!("gpu-affinity: config {shown}: {}", one_line(&e.to_string())))
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
@@ -425,7 +279,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = write_config(
             dir.path(),
-            "[plugin]\ndefault = \"prefer\"\nenforce = \"prefer\"\nsysfs_root = \"/srv/topo\"\n[prolog]\nanything = 1\n",
+            "[plugin]\ndefault = \"prefer\"\nenforce = \"prefer\"\nsysfs_root = \"/srv/topo\"\n",
             0o644,
         );
         // Found at the default location.

@@ -3,14 +3,16 @@
 //! The built-in files live in `core/profiles/*.toml` (format in `core/profiles/README.md`).
 //! An admin drops files into /etc/gpu-affinity/profiles.d/: a file named like a built-in
 //! one (`oci-h100.toml`) replaces it, any other name adds a profile. [`load`] takes file
-//! contents, never paths, so the core stays free of I/O; [`read_profile_dir`] is the thin
-//! reader the front ends call.
+//! contents, never paths, so the core stays free of I/O; [`load_trusted`] is the thin
+//! reader the front ends call (it refuses files root does not control), [`read_profile_dir`]
+//! the unchecked one underneath.
 
 use std::path::Path;
 
 use serde::Deserialize;
 
 use super::template::{self, Scope};
+use crate::config::{self, TrustError};
 use crate::model::NicKind;
 
 /// The directory front ends read admin profiles from by default.
@@ -72,6 +74,14 @@ const EMBEDDED: &[(&str, &str)] = &[
 /// Keys the SPANK plugin owns per rank; a profile setting them would fight the binding.
 const PLUGIN_OWNED: &[&str] = &["CUDA_VISIBLE_DEVICES", "GPU_AFFINITY_"];
 
+/// True for a variable the plugin sets per rank itself (no profile or `force` may).
+pub fn plugin_owned(key: &str) -> bool {
+    PLUGIN_OWNED.iter().any(|p| key.starts_with(p))
+}
+
+/// An admin profile file is a page of TOML; anything near this is not one.
+const MAX_PROFILE_BYTES: u64 = 1 << 20;
+
 /// The embedded profile files as (file name, contents), ready for [`load`].
 pub fn embedded() -> Vec<(String, String)> {
     EMBEDDED
@@ -91,6 +101,9 @@ pub enum ProfileError {
     },
     #[error("cannot read profile {path}: {message}")]
     Read { path: String, message: String },
+    /// An admin file or directory root does not fully control.
+    #[error(transparent)]
+    Untrusted(#[from] TrustError),
 }
 
 /// How a value combines with what the task already has.
@@ -471,7 +484,7 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
         if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(err(format!("bad variable name {key:?}")));
         }
-        if PLUGIN_OWNED.iter().any(|p| key.starts_with(p)) {
+        if plugin_owned(&key) {
             return Err(err(format!(
                 "{key} is set per rank by the gpu-affinity plugin, not by profiles"
             )));
@@ -542,21 +555,67 @@ pub fn load(files: &[(String, String)]) -> Result<Profiles, ProfileError> {
 }
 
 /// Read every `*.toml` file of an admin profile directory as (path, contents), sorted
-/// by name. A missing directory is no profiles, not an error. The caller decides whether
-/// the directory is trusted (root-owned, not writable by others).
+/// by name. A missing directory is no profiles, not an error. Nothing here checks who
+/// owns the files: root-side callers use [`load_trusted`].
 pub fn read_profile_dir(dir: &Path) -> Result<Vec<(String, String)>, ProfileError> {
-    let read_err = |path: &Path, e: std::io::Error| ProfileError::Read {
-        path: path.display().to_string(),
+    read_dir_with(dir, &|path| {
+        std::fs::read_to_string(path).map_err(|e| ProfileError::Read {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
+    })
+}
+
+/// The built-in profiles plus the admin's from `dir`, where the directory and every file
+/// in it must belong to `owner` (root; tests pass their own uid) and be writable by no
+/// one else (Invariant 2). A missing directory means built-ins only. The one loader for
+/// the plugin and `gpu-affinity explain`, so both see the same profiles.
+pub fn load_trusted(dir: &Path, owner: u32) -> Result<Profiles, ProfileError> {
+    let mut files = embedded();
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(TrustError::Io {
+                what: "profiles directory".into(),
+                path: dir.display().to_string(),
+                message: e.to_string(),
+            }
+            .into());
+        }
+        Ok(meta) => {
+            config::check_trusted(&meta, "profiles directory", dir, owner)?;
+            // The directory is root's alone, so the files listed now are the files read;
+            // each is still checked through the handle its bytes come from.
+            files.extend(read_dir_with(dir, &|path| {
+                Ok(config::read_trusted_text(
+                    path,
+                    "profile",
+                    owner,
+                    MAX_PROFILE_BYTES,
+                )?)
+            })?);
+        }
+    }
+    load(&files)
+}
+
+/// The `*.toml` files of `dir`, sorted by name, each read by `read`.
+fn read_dir_with(
+    dir: &Path,
+    read: &dyn Fn(&Path) -> Result<String, ProfileError>,
+) -> Result<Vec<(String, String)>, ProfileError> {
+    let read_err = |e: std::io::Error| ProfileError::Read {
+        path: dir.display().to_string(),
         message: e.to_string(),
     };
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(read_err(dir, e)),
+        Err(e) => return Err(read_err(e)),
     };
     let mut paths = Vec::new();
     for entry in entries {
-        let path = entry.map_err(|e| read_err(dir, e))?.path();
+        let path = entry.map_err(read_err)?.path();
         if path.extension().is_some_and(|x| x == "toml") && path.is_file() {
             paths.push(path);
         }
@@ -564,10 +623,7 @@ pub fn read_profile_dir(dir: &Path) -> Result<Vec<(String, String)>, ProfileErro
     paths.sort();
     paths
         .into_iter()
-        .map(|p| {
-            let text = std::fs::read_to_string(&p).map_err(|e| read_err(&p, e))?;
-            Ok((p.display().to_string(), text))
-        })
+        .map(|p| Ok((p.display().to_string(), read(&p)?)))
         .collect()
 }
 
@@ -670,5 +726,51 @@ mod tests {
         assert!(files[0].0.ends_with("a.toml"));
         let p = load(&files).unwrap();
         assert!(p.get("a").is_some() && p.get("b").is_some());
+    }
+
+    #[test]
+    fn load_trusted_takes_root_files_and_refuses_what_others_can_change() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let chmod = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("profiles.d");
+        assert_eq!(load_trusted(&dir, 0).unwrap(), Profiles::builtin());
+        std::fs::create_dir(&dir).unwrap();
+        chmod(&dir, 0o755);
+        let file = dir.join("site.toml");
+        std::fs::write(&file, "description = \"site\"\n[match]\n").unwrap();
+        chmod(&file, 0o644);
+        let owner = std::fs::metadata(&file).unwrap().uid();
+        let p = load_trusted(&dir, owner).unwrap();
+        assert_eq!(p.get("site").map(|p| p.description.as_str()), Some("site"));
+        assert_eq!(p.iter().count(), EMBEDDED.len() + 1);
+
+        let refused = |want: String| {
+            let e = load_trusted(&dir, owner).unwrap_err();
+            assert!(matches!(e, ProfileError::Untrusted(_)), "{e:?}");
+            assert_eq!(e.to_string(), want);
+        };
+        chmod(&file, 0o666);
+        refused(format!(
+            "profile {} is writable by group or others (mode 0666); refusing it",
+            file.display()
+        ));
+        chmod(&file, 0o644);
+        chmod(&dir, 0o775);
+        refused(format!(
+            "profiles directory {} is writable by group or others (mode 0775); refusing it",
+            dir.display()
+        ));
+        chmod(&dir, 0o755);
+        let e = load_trusted(&dir, owner + 1).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "profiles directory {} is owned by uid {owner}, not root; refusing it",
+                dir.display()
+            )
+        );
     }
 }
