@@ -256,6 +256,9 @@ fn a_users_own_setting_shows_as_user_set() {
     }
 }
 
+/// The admin config of the force tests.
+const FORCE_IFNAME: &str = "[fabric]\nforce = [\"NCCL_SOCKET_IFNAME\"]\n";
+
 /// An admin file in a temp dir, mode `mode`; returns its path and owner uid (the test's
 /// own: root in CI, passed to explain's hidden `--trusted-owner` so the check is the
 /// real one for any user).
@@ -277,12 +280,7 @@ fn a_forced_variable_shows_the_profile_value_over_the_users() {
     let key = "NCCL_SOCKET_IFNAME";
     let user = [(key, "user-choice0")];
     let conf = tempfile::tempdir().expect("tempdir");
-    let (config, uid) = admin_file(
-        conf.path(),
-        "config.toml",
-        "[fabric]\nforce = [\"NCCL_SOCKET_IFNAME\"]\n",
-        0o644,
-    );
+    let (config, uid) = admin_file(conf.path(), "config.toml", FORCE_IFNAME, 0o644);
     let with_config = ["--config", config.as_str(), "--trusted-owner", uid.as_str()];
 
     let plain = explain_tree(&source, &[]);
@@ -356,12 +354,7 @@ fn the_configs_profiles_dir_is_used_and_checked() {
 fn an_untrusted_or_bad_config_is_refused() {
     let source = Source::Machine("BM.GPU.H100.8");
     let conf = tempfile::tempdir().expect("tempdir");
-    let (config, uid) = admin_file(
-        conf.path(),
-        "config.toml",
-        "[fabric]\nforce = [\"NCCL_SOCKET_IFNAME\"]\n",
-        0o666,
-    );
+    let (config, uid) = admin_file(conf.path(), "config.toml", FORCE_IFNAME, 0o666);
     let args = ["--config", config.as_str(), "--trusted-owner", uid.as_str()];
     refused(
         &explain_run(&source, &args, &[]),
