@@ -1,20 +1,33 @@
 //! The live sysfs/procfs source: discover a [`Machine`] under a filesystem root.
 //!
-//! Reads only what placement needs, never a walk of all of /sys:
-//! - `/sys/bus/pci/devices/*`: the link (root complex and bridge chain) and the ids of
-//!   every function (`class`, `vendor`, `device`, all three from `uevent` in one read when
-//!   it has them); `numa_node` and the link attributes only for GPUs, NICs and the
-//!   bridges above them;
+//! Reads only what placement needs, never a walk of all of /sys, and as few files as it
+//! can (discovery runs once per job step, so its system calls are the cost that counts):
+//! - `/sys/bus/pci/devices/*`: the link (root complex and bridge chain) and the first 256
+//!   bytes of `config` of every function: ids, class and, when the bytes reach the PCI
+//!   Express capability (root only: others get the 64-byte header), the link speed and
+//!   width, decoded as the kernel decodes them ([`config`]). Without usable config the
+//!   ids come from `uevent`, else `class`/`vendor`/`device`, and the link from the four
+//!   `*_link_*` attributes. `numa_node` (and those link attributes) only for GPUs, NICs
+//!   and the bridges above them;
 //! - `/sys/class/infiniband/*` (device link, `ports/*/{state,rate,link_layer}`) and
 //!   `/sys/class/net/*` (device link) to find the NICs;
-//! - `/sys/devices/system/node/node*/cpulist`, `/sys/devices/system/cpu/cpu*/topology/
-//!   thread_siblings_list` (one read per core, not per thread);
+//! - `/sys/devices/system/node/node*/cpulist`;
+//! - cores from `/proc/cpuinfo` in one read (`physical id` + `core id`, checked against
+//!   its `siblings` / `cpu cores`), else `/sys/devices/system/cpu/cpu*/topology/
+//!   thread_siblings_list`, one read per core;
 //! - `/sys/class/dmi/id/{sys_vendor,product_name,chassis_asset_tag,board_vendor}`;
 //! - `/proc/driver/nvidia/gpus/*/information` (model and device minor).
 //!
+//! Reading `config` wakes a runtime-suspended function, as lstopo does; GPU, NIC and
+//! switch functions of GPU nodes do not runtime-suspend. The class is the one in config
+//! space; the kernel's `class` attribute differs only for devices it patches with a
+//! class quirk, none of them a GPU, NIC or PCIe switch.
+//!
 //! Missing files are unknowns (`None`, empty lists); a value that is there but malformed
-//! is an error naming the file. Parsing lives in [`parse`], reading in [`reader`].
+//! is an error naming the file. Parsing lives in [`parse`] and [`config`], reading in
+//! [`reader`].
 
+pub mod config;
 pub mod parse;
 pub mod reader;
 
@@ -30,6 +43,9 @@ use crate::pci::PciAddr;
 
 pub use parse::{ParseError, PciIds};
 pub use reader::{FsReader, MAX_FILE_BYTES, RootDir};
+
+/// Largest /proc/cpuinfo read: about 2 KiB per CPU, so room for 4096 CPUs.
+pub const MAX_CPUINFO_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Why discovery failed. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
@@ -71,10 +87,15 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
     };
     let paths = d.pci_paths()?;
     let mut ids: HashMap<PciAddr, PciIds> = HashMap::new();
+    // The link as config space gave it, for functions whose config reached it.
+    let mut links: HashMap<PciAddr, PciLink> = HashMap::new();
     let mut gpus = Vec::new();
     for (addr, located) in &paths {
-        let i = d.pci_ids(&located.dir)?;
+        let (i, link) = d.pci_identity(&located.dir)?;
         ids.insert(*addr, i);
+        if let Some(link) = link {
+            links.insert(*addr, link);
+        }
         if class::is_gpu(i.class) && i.vendor == vendor::NVIDIA {
             gpus.push(*addr);
         }
@@ -123,7 +144,11 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
         let Some(i) = ids.get(addr).copied() else {
             continue;
         };
-        let (numa_node, link) = d.pci_locality(dir)?;
+        let numa_node = d.numa_node(dir)?;
+        let link = match links.remove(addr) {
+            Some(link) => link,
+            None => d.link_attributes(dir)?,
+        };
         let position = path.chain.len() - 1;
         machine.pci.push(PciDevice {
             addr: *addr,
@@ -246,22 +271,41 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
 
     fn numa_nodes(&self) -> Result<Vec<NumaNode>, SysfsError> {
         const DIR: &str = "sys/devices/system/node";
+        let is_node = |name: &str| parse::numbered(name, "node").is_some();
         let mut nodes = Vec::new();
-        for name in self.fs.list(DIR)? {
+        for (name, files) in self
+            .fs
+            .read_entries(DIR, &is_node, &["cpulist"], MAX_FILE_BYTES)?
+        {
             let Some(id) = parse::numbered(&name, "node") else {
                 continue;
             };
-            let cpus = self
-                .cpulist(&format!("{DIR}/{name}/cpulist"))?
-                .unwrap_or_default();
+            let cpus = match files.into_iter().next().flatten() {
+                None => CpuSet::new(),
+                Some(bytes) => CpuSet::parse_list(&parse::text(&bytes)).map_err(|source| {
+                    SysfsError::BadCpuList {
+                        path: self.fs.display(&format!("{DIR}/{name}/cpulist")),
+                        source,
+                    }
+                })?,
+            };
             nodes.push(NumaNode { id, cpus });
         }
         Ok(nodes)
     }
 
+    /// Physical cores: from /proc/cpuinfo when it vouches for them, else from sysfs.
+    fn cores(&self) -> Result<Vec<CpuSet>, SysfsError> {
+        let cpuinfo = self.fs.read("proc/cpuinfo", MAX_CPUINFO_BYTES)?;
+        if let Some(cores) = cpuinfo.as_deref().and_then(parse::cpuinfo_cores) {
+            return Ok(cores);
+        }
+        self.sibling_cores()
+    }
+
     /// Physical cores from thread_siblings_list, reading one thread per core: a thread
     /// already seen as a sibling needs no read of its own.
-    fn cores(&self) -> Result<Vec<CpuSet>, SysfsError> {
+    fn sibling_cores(&self) -> Result<Vec<CpuSet>, SysfsError> {
         const DIR: &str = "sys/devices/system/cpu";
         let mut cpus: Vec<u32> = self
             .fs
@@ -317,6 +361,18 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
         Ok(out)
     }
 
+    /// Ids, class and (when config space reaches it) the link, from one read of `config`;
+    /// without usable config, the ids from [`Self::pci_ids`] and no link.
+    fn pci_identity(&self, dir: &str) -> Result<(PciIds, Option<PciLink>), SysfsError> {
+        let bytes = self
+            .fs
+            .read_head(&format!("{dir}/config"), config::CONFIG_READ_BYTES)?;
+        match bytes.as_deref().and_then(config::pci_config) {
+            Some(c) => Ok((c.ids, c.link)),
+            None => Ok((self.pci_ids(dir)?, None)),
+        }
+    }
+
     /// Class, vendor and device ids: from `uevent` (one read), else from the `class`,
     /// `vendor` and `device` attributes; missing ones read as 0 (unknown).
     fn pci_ids(&self, dir: &str) -> Result<PciIds, SysfsError> {
@@ -368,12 +424,18 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             .transpose()
     }
 
-    /// `numa_node` and the link attributes of a PCI function.
-    fn pci_locality(&self, dir: &str) -> Result<(Option<u32>, PciLink), SysfsError> {
-        let [numa, cur_speed, cur_width, max_speed, max_width] = self.read_attrs(
+    /// A PCI function's `numa_node`.
+    fn numa_node(&self, dir: &str) -> Result<Option<u32>, SysfsError> {
+        Ok(self
+            .parsed(&format!("{dir}/numa_node"), parse::numa_node)?
+            .flatten())
+    }
+
+    /// The link attributes of a PCI function, for when config space did not give them.
+    fn link_attributes(&self, dir: &str) -> Result<PciLink, SysfsError> {
+        let [cur_speed, cur_width, max_speed, max_width] = self.read_attrs(
             dir,
             [
-                "numa_node",
                 "current_link_speed",
                 "current_link_width",
                 "max_link_speed",
@@ -387,17 +449,12 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             )
         };
         let text = |bytes: Option<Vec<u8>>| bytes.and_then(|b| parse::optional_text(&b));
-        let link = PciLink {
+        Ok(PciLink {
             current_speed: text(cur_speed),
             current_width: width("current_link_width", cur_width)?,
             max_speed: text(max_speed),
             max_width: width("max_link_width", max_width)?,
-        };
-        Ok((
-            self.parse_attr(dir, "numa_node", numa, parse::numa_node)?
-                .flatten(),
-            link,
-        ))
+        })
     }
 
     /// The PCI function a class entry (/sys/class/net/eth0) belongs to: the last PCI
@@ -427,21 +484,25 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             let Some(addr) = self.class_device(&entry)? else {
                 continue;
             };
+            let is_port = |name: &str| parse::numbered(name, "").is_some();
             let mut ports = Vec::new();
-            for port in self.fs.list(&format!("{entry}/ports"))? {
+            for (port, files) in self.fs.read_entries(
+                &format!("{entry}/ports"),
+                &is_port,
+                &["state", "rate", "link_layer"],
+                MAX_FILE_BYTES,
+            )? {
                 let Some(number) = parse::numbered(&port, "") else {
                     continue;
                 };
-                let [state, rate, layer] = self.read_attrs(
-                    &format!("{entry}/ports/{port}"),
-                    ["state", "rate", "link_layer"],
-                )?;
-                let text = |bytes: Option<Vec<u8>>| bytes.and_then(|b| parse::optional_text(&b));
+                let mut text = files
+                    .into_iter()
+                    .map(|bytes| bytes.and_then(|b| parse::optional_text(&b)));
                 ports.push(RdmaPort {
                     number,
-                    state: text(state),
-                    rate: text(rate),
-                    link_layer: text(layer),
+                    state: text.next().flatten(),
+                    rate: text.next().flatten(),
+                    link_layer: text.next().flatten(),
                 });
             }
             ports.sort_by_key(|p| p.number);
@@ -463,17 +524,21 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
 
     fn nvidia_info(&self) -> Result<HashMap<PciAddr, parse::NvidiaInfo>, SysfsError> {
         const DIR: &str = "proc/driver/nvidia/gpus";
+        let is_gpu = |name: &str| name.parse::<PciAddr>().is_ok();
         let mut out = HashMap::new();
-        for name in self.fs.list(DIR)? {
-            let Ok(addr) = name.parse::<PciAddr>() else {
+        for (name, files) in
+            self.fs
+                .read_entries(DIR, &is_gpu, &["information"], MAX_FILE_BYTES)?
+        {
+            let (Ok(addr), Some(bytes)) = (name.parse::<PciAddr>(), files.into_iter().next().flatten())
+            else {
                 continue;
             };
-            if let Some(info) = self.parsed(
-                &format!("{DIR}/{name}/information"),
-                parse::nvidia_information,
-            )? {
-                out.insert(addr, info);
-            }
+            let info = parse::nvidia_information(&bytes).map_err(|source| SysfsError::Malformed {
+                path: self.fs.display(&format!("{DIR}/{name}/information")),
+                source,
+            })?;
+            out.insert(addr, info);
         }
         Ok(out)
     }
