@@ -230,8 +230,7 @@ fn ids_without_config_or_uevent_come_from_class_vendor_device() {
     write_fixture(&switch_tree(), dir.path()).unwrap();
     for a in ["0000:03:00.0", "0000:04:00.0"] {
         for f in ["config", "uevent"] {
-            std::fs::remove_file(dir.path().join(format!("sys/bus/pci/devices/{a}/{f}")))
-                .unwrap();
+            std::fs::remove_file(dir.path().join(format!("sys/bus/pci/devices/{a}/{f}"))).unwrap();
         }
     }
     assert_eq!(read_machine(dir.path()).unwrap(), switch_tree());

@@ -42,7 +42,7 @@ use crate::model::{
 use crate::pci::PciAddr;
 
 pub use parse::{ParseError, PciIds};
-pub use reader::{FsReader, MAX_FILE_BYTES, RootDir};
+pub use reader::{EntryFiles, FsReader, MAX_FILE_BYTES, RootDir};
 
 /// Largest /proc/cpuinfo read: about 2 KiB per CPU, so room for 4096 CPUs.
 pub const MAX_CPUINFO_BYTES: u64 = 8 * 1024 * 1024;
@@ -526,18 +526,20 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
         const DIR: &str = "proc/driver/nvidia/gpus";
         let is_gpu = |name: &str| name.parse::<PciAddr>().is_ok();
         let mut out = HashMap::new();
-        for (name, files) in
-            self.fs
-                .read_entries(DIR, &is_gpu, &["information"], MAX_FILE_BYTES)?
+        for (name, files) in self
+            .fs
+            .read_entries(DIR, &is_gpu, &["information"], MAX_FILE_BYTES)?
         {
-            let (Ok(addr), Some(bytes)) = (name.parse::<PciAddr>(), files.into_iter().next().flatten())
+            let (Ok(addr), Some(bytes)) =
+                (name.parse::<PciAddr>(), files.into_iter().next().flatten())
             else {
                 continue;
             };
-            let info = parse::nvidia_information(&bytes).map_err(|source| SysfsError::Malformed {
-                path: self.fs.display(&format!("{DIR}/{name}/information")),
-                source,
-            })?;
+            let info =
+                parse::nvidia_information(&bytes).map_err(|source| SysfsError::Malformed {
+                    path: self.fs.display(&format!("{DIR}/{name}/information")),
+                    source,
+                })?;
             out.insert(addr, info);
         }
         Ok(out)

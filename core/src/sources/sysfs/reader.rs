@@ -21,6 +21,9 @@ const FIRST_READ: usize = 1024;
 /// The step for reading on past the first read (procfs hands out about a page per read).
 const FOLLOW_READ: usize = 256 * 1024;
 
+/// One directory entry's name and the files read below it (`None`: missing).
+pub type EntryFiles = (String, Vec<Option<Vec<u8>>>);
+
 /// Read access to a filesystem root. Paths are relative ("sys/class/net").
 ///
 /// A missing file, directory or link is `Ok(None)` / an empty listing: absent data is
@@ -58,7 +61,7 @@ pub trait FsReader {
         keep: &dyn Fn(&str) -> bool,
         files: &[&str],
         limit: u64,
-    ) -> Result<Vec<(String, Vec<Option<Vec<u8>>>)>, SysfsError> {
+    ) -> Result<Vec<EntryFiles>, SysfsError> {
         let mut out = Vec::new();
         for name in self.list(dir)? {
             if !keep(&name) {
@@ -124,7 +127,11 @@ fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>
     let mut bytes = first[..n].to_vec();
     if n == FIRST_READ {
         // A large file (/proc/cpuinfo): read on in big steps, not from a small probe.
-        bytes.reserve(usize::try_from(limit).unwrap_or(usize::MAX).min(FOLLOW_READ));
+        bytes.reserve(
+            usize::try_from(limit)
+                .unwrap_or(usize::MAX)
+                .min(FOLLOW_READ),
+        );
         // Read one byte past the limit to tell "exactly at the limit" from "too large".
         file.take(limit.saturating_sub(n as u64) + 1)
             .read_to_end(&mut bytes)?;
@@ -292,7 +299,7 @@ impl FsReader for RootDir {
         keep: &dyn Fn(&str) -> bool,
         files: &[&str],
         limit: u64,
-    ) -> Result<Vec<(String, Vec<Option<Vec<u8>>>)>, SysfsError> {
+    ) -> Result<Vec<EntryFiles>, SysfsError> {
         let Some(mut listing) = open_listing(&self.fd, dir).map_err(|e| self.io_error(dir, e))?
         else {
             return Ok(Vec::new());
