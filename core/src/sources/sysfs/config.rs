@@ -1,16 +1,16 @@
 //! A PCI function's config space (the sysfs `config` file): ids, class and the PCI Express
-//! link, all from one read instead of `uevent` plus four link attributes.
+//! link. The fixture writes it (hwloc reads the link from it) and the tests check that
+//! what it wrote decodes to the model; discovery does not read it, because on real
+//! hardware every byte is a config-space access (see the [`super`] module docs).
 //!
-//! Pure: the reader hands over however many bytes the kernel gave. Unprivileged readers get
-//! only the 64-byte header (the kernel hides the rest), which holds the ids but not the
-//! capability list; the link then comes from the sysfs attributes, and [`pci_config`]
-//! says so by returning no link.
+//! Pure. Unprivileged readers get only the 64-byte header (the kernel hides the rest),
+//! which holds the ids but not the capability list; [`pci_config`] then returns no link.
 //!
-//! The link is decoded the way the kernel decodes it for `current_link_speed` and friends,
-//! so the model is the same whichever way it was read: speed codes become the kernel's
-//! text ("32.0 GT/s PCIe", "Unknown" for code 0), widths the lane count, and the maximum
-//! speed prefers the Supported Link Speeds vector of Link Capabilities 2, bounded by the
-//! Max Link Speed of Link Capabilities, as `pcie_get_speed_cap()` does (Linux 6.13+).
+//! The link is decoded the way the kernel decodes it for `current_link_speed` and friends:
+//! speed codes become the kernel's text ("32.0 GT/s PCIe", "Unknown" for code 0), widths
+//! the lane count, and the maximum speed prefers the Supported Link Speeds vector of Link
+//! Capabilities 2, bounded by the Max Link Speed of Link Capabilities, as
+//! `pcie_get_speed_cap()` does (Linux 6.13+).
 
 use super::parse::PciIds;
 use crate::model::PciLink;
