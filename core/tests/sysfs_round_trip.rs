@@ -8,6 +8,8 @@ use std::path::Path;
 use common::*;
 use gpu_affinity::model::{Machine, NicKind};
 use gpu_affinity::sources::fixture::{FixtureError, realized, write_fixture};
+use gpu_affinity::sources::sysfs::config::pci_config;
+use gpu_affinity::sources::sysfs::parse::cpuinfo_cores;
 use gpu_affinity::sources::sysfs::read_machine;
 
 fn round_trip(m: &Machine) -> Machine {
@@ -140,12 +142,31 @@ fn placeholder_switches_become_a_valid_tree() {
 
 /// Write a fixture, spoil one file, and expect an error that names it.
 fn spoiled(relative: &str, contents: &str) -> String {
+    spoiled_all(&[(relative, contents)])
+}
+
+/// Write a fixture, overwrite some files, and expect an error.
+fn spoiled_all(files: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
     write_fixture(&switch_tree(), dir.path()).unwrap();
-    std::fs::write(dir.path().join(relative), contents).unwrap();
+    for (relative, contents) in files {
+        std::fs::write(dir.path().join(relative), contents).unwrap();
+    }
     let err = read_machine(dir.path()).expect_err("spoiled fixture must not read");
     err.to_string()
 }
+
+/// Cut a function's config space to the 64-byte header, as the kernel shows it to a
+/// reader without CAP_SYS_ADMIN: ids still there, the link capability not.
+fn unprivileged(root: &Path, pci: &str) {
+    let path = root.join(format!("sys/bus/pci/devices/{pci}/config"));
+    let mut config = std::fs::read(&path).unwrap();
+    config.truncate(64);
+    std::fs::write(&path, config).unwrap();
+}
+
+/// /proc/cpuinfo without physical id / core id (as on ARM): cores come from sysfs.
+const ARM_CPUINFO: &str = "processor\t: 0\nBogoMIPS\t: 50.00\n\n";
 
 #[test]
 fn garbage_numa_node_names_the_file() {
@@ -163,19 +184,26 @@ fn bad_cpulist_names_the_file() {
         msg.contains("node1/cpulist") && msg.contains("4-x"),
         "{msg}"
     );
-    let msg = spoiled(
-        "sys/devices/system/cpu/cpu0/topology/thread_siblings_list",
-        "0-\n",
-    );
+    let msg = spoiled_all(&[
+        ("proc/cpuinfo", ARM_CPUINFO),
+        (
+            "sys/devices/system/cpu/cpu0/topology/thread_siblings_list",
+            "0-\n",
+        ),
+    ]);
     assert!(msg.contains("cpu0/topology/thread_siblings_list"), "{msg}");
 }
 
 #[test]
 fn bad_attributes_name_the_file() {
-    let msg = spoiled(
-        "sys/bus/pci/devices/0000:04:00.0/uevent",
-        "PCI_CLASS=network\nPCI_ID=15B3:1021\n",
-    );
+    // uevent is read only where config space is unusable (empty here).
+    let msg = spoiled_all(&[
+        ("sys/bus/pci/devices/0000:04:00.0/config", ""),
+        (
+            "sys/bus/pci/devices/0000:04:00.0/uevent",
+            "PCI_CLASS=network\nPCI_ID=15B3:1021\n",
+        ),
+    ]);
     assert!(
         msg.contains("0000:04:00.0/uevent") && msg.contains("network"),
         "{msg}"
@@ -188,16 +216,22 @@ fn bad_attributes_name_the_file() {
         msg.contains("0000:81:00.0/information") && msg.contains("one"),
         "{msg}"
     );
-    let msg = spoiled("sys/bus/pci/devices/0000:03:00.0/max_link_width", "x16\n");
+    // The link attributes are read only where config space lacks the capability.
+    let msg = spoiled_all(&[
+        ("sys/bus/pci/devices/0000:03:00.0/config", "\u{de}\u{10}"),
+        ("sys/bus/pci/devices/0000:03:00.0/max_link_width", "x16\n"),
+    ]);
     assert!(msg.contains("max_link_width"), "{msg}");
 }
 
 #[test]
-fn ids_without_uevent_come_from_class_vendor_device() {
+fn ids_without_config_or_uevent_come_from_class_vendor_device() {
     let dir = tempfile::tempdir().unwrap();
     write_fixture(&switch_tree(), dir.path()).unwrap();
     for a in ["0000:03:00.0", "0000:04:00.0"] {
-        std::fs::remove_file(dir.path().join(format!("sys/bus/pci/devices/{a}/uevent"))).unwrap();
+        for f in ["config", "uevent"] {
+            std::fs::remove_file(dir.path().join(format!("sys/bus/pci/devices/{a}/{f}"))).unwrap();
+        }
     }
     assert_eq!(read_machine(dir.path()).unwrap(), switch_tree());
     std::fs::write(
@@ -216,6 +250,7 @@ fn ids_without_uevent_come_from_class_vendor_device() {
 fn missing_files_are_unknowns() {
     let dir = tempfile::tempdir().unwrap();
     write_fixture(&switch_tree(), dir.path()).unwrap();
+    unprivileged(dir.path(), "0000:03:00.0");
     let dev = dir.path().join("sys/bus/pci/devices/0000:03:00.0");
     for f in ["numa_node", "current_link_speed", "max_link_width"] {
         std::fs::remove_file(dev.join(f)).unwrap();
@@ -232,6 +267,38 @@ fn missing_files_are_unknowns() {
     // An empty root is an empty machine, not an error.
     let empty = tempfile::tempdir().unwrap();
     assert_eq!(read_machine(empty.path()).unwrap(), Machine::default());
+}
+
+#[test]
+fn every_fallback_reads_the_same_machine() {
+    for m in [switch_tree(), p4d(), gcp_vm()] {
+        let dir = tempfile::tempdir().unwrap();
+        write_fixture(&m, dir.path()).unwrap();
+        let want = read_machine(dir.path()).unwrap();
+        // The fast paths are the ones taken on a fixture: cores from cpuinfo, links
+        // from config space.
+        let cpuinfo = std::fs::read(dir.path().join("proc/cpuinfo")).unwrap();
+        assert_eq!(cpuinfo_cores(&cpuinfo), Some(want.cores.clone()));
+        for d in want.pci.iter().filter(|d| d.link.max_width.is_some()) {
+            let config = format!("sys/bus/pci/devices/{}/config", d.addr);
+            let config = pci_config(&std::fs::read(dir.path().join(config)).unwrap()).unwrap();
+            assert_eq!(config.link.as_ref(), Some(&d.link), "{}", d.addr);
+        }
+        // The link from the attributes instead of config space (an unprivileged reader).
+        for d in &want.pci {
+            unprivileged(dir.path(), &d.addr.to_string());
+        }
+        assert_eq!(read_machine(dir.path()).unwrap(), want);
+        // The cores from thread_siblings_list instead of /proc/cpuinfo.
+        std::fs::write(dir.path().join("proc/cpuinfo"), ARM_CPUINFO).unwrap();
+        assert_eq!(read_machine(dir.path()).unwrap(), want);
+        // Ids from uevent instead of config space.
+        for d in &want.pci {
+            let config = format!("sys/bus/pci/devices/{}/config", d.addr);
+            std::fs::remove_file(dir.path().join(config)).unwrap();
+        }
+        assert_eq!(read_machine(dir.path()).unwrap(), want);
+    }
 }
 
 #[test]

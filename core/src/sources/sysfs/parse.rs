@@ -1,5 +1,8 @@
 //! Pure parsers over the bytes the sysfs/procfs reader returns. No I/O here.
 
+use std::collections::BTreeMap;
+
+use crate::cpuset::CpuSet;
 use crate::pci::PciAddr;
 
 /// What a value should have looked like; the caller adds the file it came from.
@@ -225,6 +228,86 @@ pub fn nvidia_information(bytes: &[u8]) -> Result<NvidiaInfo, ParseError> {
     Ok(info)
 }
 
+/// Physical cores from /proc/cpuinfo: the threads that share a `physical id` and `core id`.
+///
+/// One read instead of one `thread_siblings_list` per core. `None` whenever cpuinfo cannot
+/// vouch for the grouping, and the caller reads sysfs instead: no `processor` records, a
+/// record without `physical id` / `core id` (ARM, s390), a number that does not parse,
+/// or a package whose thread and core counts disagree with its own `siblings` and
+/// `cpu cores` lines (core ids that repeat inside a package, as on some multi-die parts).
+pub fn cpuinfo_cores(bytes: &[u8]) -> Option<Vec<CpuSet>> {
+    #[derive(Default)]
+    struct Record {
+        cpu: Option<u32>,
+        package: Option<u32>,
+        core: Option<u32>,
+        siblings: Option<u32>,
+        cores: Option<u32>,
+    }
+    let mut records: Vec<Record> = Vec::new();
+    // Bytes, not text: the file is long (a ~1 KiB `flags` line per CPU on x86) and only
+    // five short keys matter, all starting with 'p', 'c' or 's'.
+    for line in bytes.split(|&b| b == b'\n') {
+        if !matches!(line.first(), Some(b'p' | b'c' | b's')) {
+            continue;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let key = line[..colon].trim_ascii_end();
+        let value = &line[colon + 1..];
+        let number = || {
+            std::str::from_utf8(value.trim_ascii())
+                .ok()?
+                .parse::<u32>()
+                .ok()
+        };
+        if key == b"processor" {
+            records.push(Record {
+                cpu: Some(number()?),
+                ..Record::default()
+            });
+            continue;
+        }
+        let Some(record) = records.last_mut() else {
+            continue;
+        };
+        match key {
+            b"physical id" => record.package = Some(number()?),
+            b"core id" => record.core = Some(number()?),
+            b"siblings" => record.siblings = Some(number()?),
+            b"cpu cores" => record.cores = Some(number()?),
+            _ => {}
+        }
+    }
+    if records.is_empty() {
+        return None;
+    }
+    // (package, core) -> threads; package -> (threads, cores) as cpuinfo claims them.
+    let mut cores: BTreeMap<(u32, u32), CpuSet> = BTreeMap::new();
+    let mut claimed: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    for r in &records {
+        let (cpu, package, core) = (r.cpu?, r.package?, r.core?);
+        let claim = (r.siblings?, r.cores?);
+        if *claimed.entry(package).or_insert(claim) != claim {
+            return None;
+        }
+        cores.entry((package, core)).or_default().insert(cpu);
+    }
+    for (package, (threads, core_count)) in claimed {
+        let mine = cores.range((package, 0)..=(package, u32::MAX));
+        let (mut seen_cores, mut seen_threads) = (0u32, 0u32);
+        for (_, set) in mine {
+            seen_cores += 1;
+            seen_threads += set.len() as u32;
+        }
+        if (seen_threads, seen_cores) != (threads, core_count) {
+            return None;
+        }
+    }
+    Some(cores.into_values().collect())
+}
+
 /// The number in a directory name such as "node1" or "cpu17"; `None` for other names
 /// ("cpufreq", "possible").
 pub fn numbered(name: &str, prefix: &str) -> Option<u32> {
@@ -330,5 +413,41 @@ mod tests {
             nvidia_information(b"").expect("empty"),
             NvidiaInfo::default()
         );
+    }
+
+    #[test]
+    fn cores_from_cpuinfo() {
+        let rec = |cpu: u32, pkg: u32, core: u32| {
+            format!(
+                "processor\t: {cpu}\nvendor_id\t: GenuineIntel\nphysical id\t: {pkg}\nsiblings\t: 4\ncore id\t\t: {core}\ncpu cores\t: 2\nflags\t\t: fpu vme\n\n"
+            )
+        };
+        let text: String = [
+            (0, 0, 0),
+            (1, 0, 1),
+            (2, 1, 0),
+            (3, 1, 1),
+            (4, 0, 0),
+            (5, 0, 1),
+        ]
+        .iter()
+        .chain(&[(6, 1, 0), (7, 1, 1)])
+        .map(|&(c, p, k)| rec(c, p, k))
+        .collect();
+        let cores = cpuinfo_cores(text.as_bytes()).expect("x86 cpuinfo");
+        let shown: Vec<String> = cores.iter().map(|c| c.to_string()).collect();
+        assert_eq!(shown, ["0,4", "1,5", "2,6", "3,7"]);
+        // Core ids repeating inside a package (more threads per core than cpuinfo's own
+        // counts allow): not trusted.
+        let repeated: String = (0..4).map(|c| rec(c, 0, 0)).collect::<String>() + &rec(4, 1, 0);
+        assert_eq!(cpuinfo_cores(repeated.as_bytes()), None);
+        // ARM: no physical id / core id.
+        assert_eq!(
+            cpuinfo_cores(b"processor\t: 0\nBogoMIPS\t: 50.00\n\nprocessor\t: 1\n"),
+            None
+        );
+        assert_eq!(cpuinfo_cores(b""), None);
+        assert_eq!(cpuinfo_cores(b"processor\t: x\n"), None);
+        assert_eq!(cpuinfo_cores(&[0xff, 0xfe]), None);
     }
 }

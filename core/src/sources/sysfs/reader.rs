@@ -4,7 +4,7 @@
 //! discovery runs on the live machine (`/`) and on a fixture tree. Nothing here parses.
 
 use std::io::{self, Read};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
@@ -17,6 +17,12 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024;
 
 /// The first read's size: enough for every attribute discovery reads in one go.
 const FIRST_READ: usize = 1024;
+
+/// The step for reading on past the first read (procfs hands out about a page per read).
+const FOLLOW_READ: usize = 256 * 1024;
+
+/// One directory entry's name and the files read below it (`None`: missing).
+pub type EntryFiles = (String, Vec<Option<Vec<u8>>>);
 
 /// Read access to a filesystem root. Paths are relative ("sys/class/net").
 ///
@@ -37,8 +43,37 @@ pub trait FsReader {
             .map(|n| self.read(&format!("{dir}/{n}"), limit))
             .collect()
     }
+    /// At most the first `max` bytes of a file, in one read where the file allows it
+    /// (PCI config space: the kernel reads the hardware for every byte asked for).
+    fn read_head(&self, path: &str, max: usize) -> Result<Option<Vec<u8>>, SysfsError> {
+        Ok(self.read(path, MAX_FILE_BYTES)?.map(|mut b| {
+            b.truncate(max);
+            b
+        }))
+    }
     /// The names in a directory, sorted; empty when it does not exist.
     fn list(&self, path: &str) -> Result<Vec<String>, SysfsError>;
+    /// The entries of directory `dir` that `keep` accepts, in name order, each with the
+    /// files `files` below it (`dir/ENTRY/FILE`) read, in the order of `files`.
+    fn read_entries(
+        &self,
+        dir: &str,
+        keep: &dyn Fn(&str) -> bool,
+        files: &[&str],
+        limit: u64,
+    ) -> Result<Vec<EntryFiles>, SysfsError> {
+        let mut out = Vec::new();
+        for name in self.list(dir)? {
+            if !keep(&name) {
+                continue;
+            }
+            let paths: Vec<String> = files.iter().map(|f| format!("{name}/{f}")).collect();
+            let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+            let read = self.read_in(dir, &paths, limit)?;
+            out.push((name, read));
+        }
+        Ok(out)
+    }
     /// The text of a symlink; `None` when it is missing or not a link.
     fn read_link(&self, path: &str) -> Result<Option<String>, SysfsError>;
     /// How a relative path is named in error messages.
@@ -64,7 +99,7 @@ fn is_absent(err: &io::Error) -> bool {
     )
 }
 
-fn open_dir(base: &OwnedFd, path: &str) -> io::Result<OwnedFd> {
+fn open_dir(base: impl AsFd, path: &str) -> io::Result<OwnedFd> {
     let path = if path.is_empty() { "." } else { path };
     Ok(rustix::fs::openat(
         base,
@@ -75,7 +110,7 @@ fn open_dir(base: &OwnedFd, path: &str) -> io::Result<OwnedFd> {
 }
 
 /// Read a whole file opened relative to `base`; `Ok(None)` when it does not exist.
-fn read_at(base: &OwnedFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>>> {
+fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>>> {
     let fd = match rustix::fs::openat(base, path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
         Ok(fd) => fd,
         Err(e) => {
@@ -91,11 +126,74 @@ fn read_at(base: &OwnedFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>>
     let n = file.read(&mut first)?;
     let mut bytes = first[..n].to_vec();
     if n == FIRST_READ {
+        // A large file (/proc/cpuinfo): read on in big steps, not from a small probe.
+        bytes.reserve(
+            usize::try_from(limit)
+                .unwrap_or(usize::MAX)
+                .min(FOLLOW_READ),
+        );
         // Read one byte past the limit to tell "exactly at the limit" from "too large".
         file.take(limit.saturating_sub(n as u64) + 1)
             .read_to_end(&mut bytes)?;
     }
     Ok(Some(bytes))
+}
+
+/// At most `max` bytes from the start of a file; `Ok(None)` when it does not exist.
+fn read_head_at(base: impl AsFd, path: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
+    let fd = match rustix::fs::openat(base, path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let e = io::Error::from(e);
+            return if is_absent(&e) { Ok(None) } else { Err(e) };
+        }
+    };
+    let mut file = std::fs::File::from(fd);
+    let mut bytes = vec![0u8; max];
+    let mut n = 0;
+    // sysfs answers in one read; a regular file may take more, never past `max`.
+    while n < max {
+        match file.read(&mut bytes[n..])? {
+            0 => break,
+            got => n += got,
+        }
+    }
+    bytes.truncate(n);
+    Ok(Some(bytes))
+}
+
+/// Open a directory for listing and for opening names below it; `None` when absent.
+fn open_listing(base: impl AsFd, path: &str) -> io::Result<Option<rustix::fs::Dir>> {
+    let path = if path.is_empty() { "." } else { path };
+    match rustix::fs::openat(
+        base,
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => Ok(Some(rustix::fs::Dir::new(fd)?)),
+        Err(e) => {
+            let e = io::Error::from(e);
+            if is_absent(&e) { Ok(None) } else { Err(e) }
+        }
+    }
+}
+
+/// The names in an open directory, sorted, without "." and "..". Names that are not
+/// UTF-8 are no device, port or interface name we know.
+fn names_in(dir: &mut rustix::fs::Dir) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        if name != "." && name != ".." {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 impl RootDir {
@@ -181,22 +279,49 @@ impl FsReader for RootDir {
             .collect()
     }
 
+    fn read_head(&self, path: &str, max: usize) -> Result<Option<Vec<u8>>, SysfsError> {
+        read_head_at(&self.fd, path, max).map_err(|e| self.io_error(path, e))
+    }
+
     fn list(&self, path: &str) -> Result<Vec<String>, SysfsError> {
-        let entries = match std::fs::read_dir(self.full(path)) {
-            Ok(e) => e,
-            Err(e) if is_absent(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(self.io_error(path, e)),
-        };
-        let mut names = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| self.io_error(path, e))?;
-            // Names that are not UTF-8 are no device, port or interface name we know.
-            if let Ok(name) = entry.file_name().into_string() {
-                names.push(name);
-            }
+        let listed = open_listing(&self.fd, path)
+            .and_then(|dir| dir.map(|mut d| names_in(&mut d)).transpose());
+        match listed {
+            Ok(names) => Ok(names.unwrap_or_default()),
+            Err(e) => Err(self.io_error(path, e)),
         }
-        names.sort();
-        Ok(names)
+    }
+
+    /// One open of `dir` serves both the listing and every file read below it.
+    fn read_entries(
+        &self,
+        dir: &str,
+        keep: &dyn Fn(&str) -> bool,
+        files: &[&str],
+        limit: u64,
+    ) -> Result<Vec<EntryFiles>, SysfsError> {
+        let Some(mut listing) = open_listing(&self.fd, dir).map_err(|e| self.io_error(dir, e))?
+        else {
+            return Ok(Vec::new());
+        };
+        let names = names_in(&mut listing).map_err(|e| self.io_error(dir, e))?;
+        let dir_fd = listing.fd().map_err(|e| self.io_error(dir, e.into()))?;
+        let mut out = Vec::new();
+        for name in names {
+            if !keep(&name) {
+                continue;
+            }
+            let mut read = Vec::with_capacity(files.len());
+            for file in files {
+                let relative = format!("{name}/{file}");
+                let path = || format!("{dir}/{relative}");
+                let bytes =
+                    read_at(dir_fd, &relative, limit).map_err(|e| self.io_error(&path(), e))?;
+                read.push(self.checked(&path(), bytes, limit)?);
+            }
+            out.push((name, read));
+        }
+        Ok(out)
     }
 
     fn read_link(&self, path: &str) -> Result<Option<String>, SysfsError> {
