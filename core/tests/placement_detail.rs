@@ -4,7 +4,6 @@
 //! placement read leaves the PCIe links and RDMA port state/rate out, and
 //! `read_pci_links` puts back exactly what the generated NCCL topology file needs.
 
-use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::fabric::{StepFabric, StepInputs, step_fabric, topo_xml};
 use gpu_affinity::model::{Machine, PciLink};
@@ -25,7 +24,7 @@ fn requests(m: &Machine) -> Vec<StepRequest> {
         .numa_nodes
         .first()
         .map(|n| n.cpus.clone())
-        .unwrap_or_else(CpuSet::new);
+        .unwrap_or_default();
     vec![
         StepRequest {
             gpus: gpus.clone(),
