@@ -1,8 +1,10 @@
 //! `gpu-affinity bench`: discovery and solver figures, printed, never asserted.
 //!
-//! Discovery: `read_machine` on a fixture tree of the default catalog machine (a p5-class
-//! node: 8 GPUs, 32 NICs, 192 CPUs) side by side with `HWLOC_FSROOT=DIR lstopo --of xml`
-//! on the same tree, alternating. Solver: one plan for 8 GPUs and for 64 GPUs.
+//! Discovery: the sysfs reader on a fixture tree of the default catalog machine (a p5-class
+//! node: 8 GPUs, 32 NICs, 192 CPUs), at `Detail::Full` (`explain`) and at
+//! `Detail::Placement` (what the SPANK plugin reads once per step), side by side with
+//! `HWLOC_FSROOT=DIR lstopo --of xml` on the same tree, alternating. Solver: one plan for
+//! 8 GPUs and for 64 GPUs.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -14,6 +16,7 @@ use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::{Machine, NumaNode};
 use gpu_affinity::solver::{self, Mode, StepRequest};
 use gpu_affinity::sources;
+use gpu_affinity::sources::sysfs::Detail;
 use wait_timeout::ChildExt;
 
 use crate::CliError;
@@ -44,33 +47,36 @@ pub fn run(args: &Args) -> Result<(), CliError> {
         machine.cpus().len()
     );
 
-    let mut ours = Vec::with_capacity(runs);
+    const DETAILS: [(Detail, &str); 2] = [(Detail::Full, "full"), (Detail::Placement, "placement")];
+    let mut ours: [Vec<Duration>; 2] = Default::default();
     let mut hwloc = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let start = Instant::now();
-        sources::sysfs::read_machine(dir.path())?;
-        ours.push(start.elapsed());
+        for ((detail, _), times) in DETAILS.iter().zip(&mut ours) {
+            let start = Instant::now();
+            sources::sysfs::read_machine_with(dir.path(), *detail)?;
+            times.push(start.elapsed());
+        }
         hwloc.push(time_lstopo(dir.path())?);
     }
     // Best-of next to the median: on a shared machine the fastest run is the one least
     // disturbed by others.
-    let (ours_best, hwloc_best) = (best(&ours), best(&hwloc));
-    let (ours, hwloc) = (median(&mut ours), median(&mut hwloc));
+    let hwloc = Summary::of(&mut hwloc);
     println!(
-        "discovery  gpu-affinity read_machine    median {:>8.3} ms  best {:>8.3} ms",
-        ms(ours),
-        ms(ours_best)
+        "discovery  HWLOC_FSROOT lstopo --of xml  median {:>8.3} ms  best {:>8.3} ms",
+        ms(hwloc.median),
+        ms(hwloc.best)
     );
-    println!(
-        "discovery  HWLOC_FSROOT lstopo --of xml median {:>8.3} ms  best {:>8.3} ms",
-        ms(hwloc),
-        ms(hwloc_best)
-    );
-    println!(
-        "discovery  ratio lstopo / gpu-affinity  median {:>8.1}x     best {:>8.1}x (goal >= 20x)",
-        ms(hwloc) / ms(ours),
-        ms(hwloc_best) / ms(ours_best)
-    );
+    for ((_, label), times) in DETAILS.iter().zip(&mut ours) {
+        let s = Summary::of(times);
+        println!(
+            "discovery  gpu-affinity {label:<9}        median {:>8.3} ms  best {:>8.3} ms   \
+             lstopo/this median {:>6.1}x  best {:>6.1}x (goal >= 20x)",
+            ms(s.median),
+            ms(s.best),
+            ms(hwloc.median) / ms(s.median),
+            ms(hwloc.best) / ms(s.best)
+        );
+    }
 
     for copies in [1, 8] {
         let big = replicate(&machine, copies);
@@ -178,6 +184,21 @@ fn replicate(machine: &Machine, copies: u32) -> Machine {
         }));
     }
     out
+}
+
+/// Median and fastest of a series.
+struct Summary {
+    median: Duration,
+    best: Duration,
+}
+
+impl Summary {
+    fn of(samples: &mut [Duration]) -> Summary {
+        Summary {
+            best: best(samples),
+            median: median(samples),
+        }
+    }
 }
 
 fn median(samples: &mut [Duration]) -> Duration {
