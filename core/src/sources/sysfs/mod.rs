@@ -26,8 +26,10 @@
 //! launch path. It leaves out the four PCIe link attributes of every kept function (and
 //! the directory open that serves them: five of the seven opens per function) and the
 //! RDMA ports' `state` and `rate`, so `PciDevice::link` stays default and
-//! `RdmaPort::{state, rate}` stay `None`; on a p5.48xlarge tree that is 282 opens instead
-//! of 826. Nothing placement computes reads those fields, with one exception: the NCCL
+//! `RdmaPort::{state, rate}` stay `None`; on a p5.48xlarge tree that is 278 opens instead
+//! of 822. On a real node the saving is larger than the opens: the kernel answers
+//! `current_link_speed` and `current_link_width` from the device's config space (the
+//! Link Status register), the access a VM traps (see `config` below). Nothing placement computes reads those fields, with one exception: the NCCL
 //! topology file `step_fabric` generates when the vendor's file does not fit the node
 //! carries link speed and width. [`read_pci_links`] adds them afterwards, for that rare
 //! step only. The test `placement_detail` checks, for every catalog machine, that
