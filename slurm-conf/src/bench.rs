@@ -1,19 +1,24 @@
 //! `gpu-affinity bench`: discovery and solver figures, printed, never asserted.
 //!
-//! Discovery: `read_machine` on a fixture tree of the default catalog machine (a p5-class
-//! node: 8 GPUs, 32 NICs, 192 CPUs) side by side with `HWLOC_FSROOT=DIR lstopo --of xml`
-//! on the same tree, alternating. Solver: one plan for 8 GPUs and for 64 GPUs.
+//! Discovery: the sysfs reader on a fixture tree of the default catalog machine (a p5-class
+//! node: 8 GPUs, 32 NICs, 192 CPUs), at `Detail::Full` (`explain`) and at
+//! `Detail::Placement` (what the SPANK plugin reads once per step), side by side with
+//! `HWLOC_FSROOT=DIR lstopo --of xml` on the same tree, alternating. Solver: one plan for
+//! 8 GPUs and for 64 GPUs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use gpu_affinity::catalog;
 use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::fabric::profiles::Profiles;
+use gpu_affinity::fabric::{self, StepInputs};
 use gpu_affinity::model::{Machine, NumaNode};
 use gpu_affinity::solver::{self, Mode, StepRequest};
 use gpu_affinity::sources;
+use gpu_affinity::sources::sysfs::Detail;
 use wait_timeout::ChildExt;
 
 use crate::CliError;
@@ -26,6 +31,10 @@ pub struct Args {
     /// Catalog machine to build the discovery tree from.
     #[arg(long, default_value = catalog::DEFAULT_MACHINE)]
     machine: String,
+    /// Time discovery on this tree instead of a fixture (`/` on a GPU node: the real
+    /// sysfs, where reading a PCIe link attribute reads the device's config space).
+    #[arg(long, value_name = "DIR", conflicts_with = "machine")]
+    sysfs_root: Option<PathBuf>,
 }
 
 /// lstopo gets this long per run before the bench gives up on it.
@@ -33,44 +42,61 @@ const LSTOPO_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn run(args: &Args) -> Result<(), CliError> {
     let runs = args.runs.max(1);
-    let machine = catalog::machine(&args.machine)?;
-    let dir = tempfile::tempdir()?;
-    sources::fixture::write_fixture(&machine, dir.path())?;
+    // The fixture directory lives until the end of the bench.
+    let mut fixture = None;
+    let (root, machine, name) = match &args.sysfs_root {
+        Some(root) => (
+            root.clone(),
+            sources::sysfs::read_machine(root)?,
+            root.display().to_string(),
+        ),
+        None => {
+            let machine = catalog::machine(&args.machine)?;
+            let dir = fixture.insert(tempfile::tempdir()?);
+            sources::fixture::write_fixture(&machine, dir.path())?;
+            (dir.path().to_path_buf(), machine, args.machine.clone())
+        }
+    };
+    let dir = root.as_path();
     println!(
-        "machine {}: {} GPUs, {} NICs, {} CPUs",
-        args.machine,
+        "machine {name}: {} GPUs, {} NICs, {} CPUs",
         machine.gpus.len(),
         machine.nics.len(),
         machine.cpus().len()
     );
 
-    let mut ours = Vec::with_capacity(runs);
+    const DETAILS: [(Detail, &str); 2] = [(Detail::Full, "full"), (Detail::Placement, "placement")];
+    let mut ours: [Vec<Duration>; 2] = Default::default();
     let mut hwloc = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let start = Instant::now();
-        sources::sysfs::read_machine(dir.path())?;
-        ours.push(start.elapsed());
-        hwloc.push(time_lstopo(dir.path())?);
+        for ((detail, _), times) in DETAILS.iter().zip(&mut ours) {
+            let start = Instant::now();
+            sources::sysfs::read_machine_with(dir, *detail)?;
+            times.push(start.elapsed());
+        }
+        hwloc.push(time_lstopo(dir)?);
     }
     // Best-of next to the median: on a shared machine the fastest run is the one least
     // disturbed by others.
-    let (ours_best, hwloc_best) = (best(&ours), best(&hwloc));
-    let (ours, hwloc) = (median(&mut ours), median(&mut hwloc));
+    let hwloc = Summary::of(&mut hwloc);
     println!(
-        "discovery  gpu-affinity read_machine    median {:>8.3} ms  best {:>8.3} ms",
-        ms(ours),
-        ms(ours_best)
+        "discovery  HWLOC_FSROOT lstopo --of xml  median {:>8.3} ms  best {:>8.3} ms",
+        ms(hwloc.median),
+        ms(hwloc.best)
     );
-    println!(
-        "discovery  HWLOC_FSROOT lstopo --of xml median {:>8.3} ms  best {:>8.3} ms",
-        ms(hwloc),
-        ms(hwloc_best)
-    );
-    println!(
-        "discovery  ratio lstopo / gpu-affinity  median {:>8.1}x     best {:>8.1}x (goal >= 20x)",
-        ms(hwloc) / ms(ours),
-        ms(hwloc_best) / ms(ours_best)
-    );
+    for ((_, label), times) in DETAILS.iter().zip(&mut ours) {
+        let s = Summary::of(times);
+        println!(
+            "discovery  gpu-affinity {label:<9}        median {:>8.3} ms  best {:>8.3} ms   \
+             lstopo/this median {:>6.1}x  best {:>6.1}x (goal >= 20x)",
+            ms(s.median),
+            ms(s.best),
+            ms(hwloc.median) / ms(s.median),
+            ms(hwloc.best) / ms(s.best)
+        );
+    }
+
+    step_work(dir, runs)?;
 
     for copies in [1, 8] {
         let big = replicate(&machine, copies);
@@ -95,6 +121,68 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             ms(median(&mut times))
         );
     }
+    Ok(())
+}
+
+/// What the SPANK plugin computes once per step in user_init, part by part: the built-in
+/// fabric profiles parsed, the placement read of the tree, the plan for one rank per GPU
+/// and the fabric environment (no vendor topology file, as on the fixture tree).
+fn step_work(root: &Path, runs: usize) -> Result<(), CliError> {
+    let mut times: [Vec<Duration>; 4] = Default::default();
+    for _ in 0..runs {
+        let start = Instant::now();
+        let profiles = Profiles::builtin();
+        times[0].push(start.elapsed());
+        let start = Instant::now();
+        let machine = sources::sysfs::read_machine_with(root, Detail::Placement)?;
+        times[1].push(start.elapsed());
+        let request = StepRequest {
+            gpus: machine
+                .gpus_in_slurm_order()
+                .iter()
+                .map(|g| g.pci)
+                .collect(),
+            cpus: machine.cpus(),
+            tasks: machine.gpus.len() as u32,
+            gpus_per_task: None,
+            mode: Mode::Strict,
+        };
+        let start = Instant::now();
+        let plan = solver::solve(&machine, &request);
+        times[2].push(start.elapsed());
+        let existing = |_: &str| None;
+        let vendor_topology = |_: &str| None;
+        let inputs = StepInputs {
+            profiles: &profiles,
+            existing: &existing,
+            forced: &[],
+            vendor_topology: &vendor_topology,
+            generated_topology_path: "/run/gpu-affinity/nccl-topo.xml",
+        };
+        let start = Instant::now();
+        std::hint::black_box(fabric::step_fabric(&machine, &plan, &inputs));
+        times[3].push(start.elapsed());
+    }
+    let labels = [
+        "profiles (built-in, parsed)",
+        "discovery (placement)",
+        "solve (one rank per GPU)",
+        "step_fabric (env)",
+    ];
+    let mut total = Duration::ZERO;
+    for (label, t) in labels.iter().zip(&mut times) {
+        let s = Summary::of(t);
+        total += s.median;
+        println!(
+            "step       {label:<28} median {:>8.3} ms  best {:>8.3} ms",
+            ms(s.median),
+            ms(s.best)
+        );
+    }
+    println!(
+        "step       user_init work, sum of medians {:>8.3} ms",
+        ms(total)
+    );
     Ok(())
 }
 
@@ -178,6 +266,21 @@ fn replicate(machine: &Machine, copies: u32) -> Machine {
         }));
     }
     out
+}
+
+/// Median and fastest of a series.
+struct Summary {
+    median: Duration,
+    best: Duration,
+}
+
+impl Summary {
+    fn of(samples: &mut [Duration]) -> Summary {
+        Summary {
+            best: best(samples),
+            median: median(samples),
+        }
+    }
 }
 
 fn median(samples: &mut [Duration]) -> Duration {

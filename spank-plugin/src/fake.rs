@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gpu_affinity::cpuset::CpuSet;
-use gpu_affinity::model::Machine;
+use gpu_affinity::model::{Machine, PciLink};
+use gpu_affinity::sources::sysfs::Detail;
 
 use crate::host::{Context, Host, HostError, MemPolicy, OptionSpec, Os};
 
@@ -128,8 +129,14 @@ impl Host for FakeHost {
 
 /// A kernel with a given set of CPUs (a cgroup cpuset) and NUMA nodes.
 pub struct FakeOs {
+    /// The node as a full read gives it; a placement read leaves out what the core's
+    /// reader leaves out.
     pub machine: Result<Machine, String>,
     pub reads: RefCell<Vec<PathBuf>>,
+    /// The detail each read asked for.
+    pub details: RefCell<Vec<Detail>>,
+    /// How many times the PCIe links were read afterwards.
+    pub link_reads: Cell<u32>,
     /// CPUs a mask may hold (the cpuset); setaffinity keeps the intersection, like Linux.
     pub allowed_cpus: CpuSet,
     pub online_nodes: Vec<u32>,
@@ -145,6 +152,8 @@ impl FakeOs {
         FakeOs {
             machine,
             reads: RefCell::new(Vec::new()),
+            details: RefCell::new(Vec::new()),
+            link_reads: Cell::new(0),
             affinity: RefCell::new(allowed.clone()),
             allowed_cpus: allowed,
             online_nodes: online_nodes.to_vec(),
@@ -156,9 +165,30 @@ impl FakeOs {
 }
 
 impl Os for FakeOs {
-    fn read_machine(&self, root: &Path) -> Result<Machine, String> {
+    fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String> {
         self.reads.borrow_mut().push(root.to_path_buf());
-        self.machine.clone()
+        self.details.borrow_mut().push(detail);
+        let mut machine = self.machine.clone()?;
+        if detail == Detail::Placement {
+            for d in &mut machine.pci {
+                d.link = PciLink::default();
+            }
+            for p in machine.nics.iter_mut().flat_map(|n| &mut n.ports) {
+                p.state = None;
+                p.rate = None;
+            }
+        }
+        Ok(machine)
+    }
+    fn read_pci_links(&self, _root: &Path, machine: &mut Machine) -> Result<(), String> {
+        self.link_reads.set(self.link_reads.get() + 1);
+        let full = self.machine.as_ref()?;
+        for d in &mut machine.pci {
+            if let Some(f) = full.pci_device(d.addr) {
+                d.link = f.link.clone();
+            }
+        }
+        Ok(())
     }
     fn online_numa_nodes(&self) -> Result<Vec<u32>, String> {
         Ok(self.online_nodes.clone())

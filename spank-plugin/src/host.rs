@@ -10,6 +10,7 @@ use std::path::Path;
 
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
+use gpu_affinity::sources::sysfs::Detail;
 
 /// Where the plugin was loaded (spank_context()).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,8 +104,10 @@ impl fmt::Display for MemPolicy {
 
 /// What the kernel offers the task being set up.
 pub trait Os {
-    /// The node's topology as seen under `root` (normally `/`).
-    fn read_machine(&self, root: &Path) -> Result<Machine, String>;
+    /// The node's topology as seen under `root` (normally `/`), read to `detail`.
+    fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String>;
+    /// Add the PCIe link attributes a [`Detail::Placement`] read left out.
+    fn read_pci_links(&self, root: &Path, machine: &mut Machine) -> Result<(), String>;
     /// NUMA nodes the running kernel has (always the live /sys, never a replayed root).
     fn online_numa_nodes(&self) -> Result<Vec<u32>, String>;
     fn set_cpu_affinity(&self, cpus: &CpuSet) -> Result<(), String>;

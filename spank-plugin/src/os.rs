@@ -6,6 +6,7 @@ use std::path::Path;
 
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
+use gpu_affinity::sources::sysfs::Detail;
 use nix::unistd::Pid;
 
 use crate::host::{MemPolicy, Os};
@@ -26,8 +27,12 @@ const MAXNODE: libc::c_ulong = (MASK_WORDS * 64 + 1) as libc::c_ulong;
 pub struct LiveOs;
 
 impl Os for LiveOs {
-    fn read_machine(&self, root: &Path) -> Result<Machine, String> {
-        crate::topology::read_machine(root)
+    fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String> {
+        crate::topology::read_machine(root, detail)
+    }
+
+    fn read_pci_links(&self, root: &Path, machine: &mut Machine) -> Result<(), String> {
+        crate::topology::read_pci_links(root, machine)
     }
 
     fn online_numa_nodes(&self) -> Result<Vec<u32>, String> {

@@ -5,14 +5,17 @@
 //! /dev/nvidiaN minor numbers), the step's cores (`S_STEP_ALLOC_CORES`) and the local
 //! task count. The solver turns them into one binding per local rank.
 
+use std::path::Path;
+
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::fabric::profiles::Profiles;
+use gpu_affinity::fabric::topo_xml;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{self, Plan, StepRequest};
 
 use crate::fabric_env::{self, StepFabric};
-use crate::host::Host;
+use crate::host::{Host, Os};
 use crate::mode::Resolved;
 use crate::run_dir;
 use crate::settings::Settings;
@@ -260,6 +263,24 @@ pub fn plan_step(
         uid: facts.uid,
         fabric: step_fabric,
     }))
+}
+
+/// The step's topology was read with `Detail::Placement`, without PCIe links; a generated
+/// NCCL topology file carries them (NCCL rates its paths by them). So a step that writes
+/// one (the vendor's file is absent or does not fit the node: rare) reads the links now and
+/// renders the file again, as `fabric::step_fabric` renders it, from the completed model.
+/// If they cannot be read the file goes without them, and NCCL reads them from sysfs for
+/// the devices it finds; placement does not depend on them.
+pub fn add_topology_links(step: &mut StepPlan, os: &dyn Os, sysfs_root: &Path) {
+    let Some(topology) = step.fabric.topology.as_mut() else {
+        return;
+    };
+    match os.read_pci_links(sysfs_root, &mut step.machine) {
+        Ok(()) => topology.xml = topo_xml::render(&step.machine),
+        Err(e) => log::warn!(
+            "gpu-affinity: PCIe link attributes not read ({e}); the generated NCCL topology leaves them to NCCL"
+        ),
+    }
 }
 
 /// A step that cannot be planned: refused under strict, left unbound under prefer.

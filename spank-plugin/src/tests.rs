@@ -6,6 +6,7 @@ use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::{Gpu, Machine, Nic, NicKind, NumaNode, PciDevice, PciLink, RdmaPort};
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{Mode, NicRef, Plan, RankPlan, Violation, ViolationKind};
+use gpu_affinity::sources::sysfs::Detail;
 
 use crate::apply::{Task, apply_rank};
 use crate::dispatch::{Hook, dispatch};
@@ -899,7 +900,8 @@ impl NodeStep {
         let catalog = gpu_affinity::catalog::machine(name).expect("catalog machine");
         let fixture = tempfile::tempdir().expect("tempdir");
         gpu_affinity::sources::fixture::write_fixture(&catalog, fixture.path()).expect("fixture");
-        let machine = crate::topology::read_machine(fixture.path()).expect("sysfs reader");
+        let machine =
+            crate::topology::read_machine(fixture.path(), Detail::Full).expect("sysfs reader");
         let gpu_count = machine.gpus.len();
         assert_eq!(gpu_count, 8, "{name}");
 
@@ -986,7 +988,17 @@ fn full_node_step(name: &str) {
         1,
         "the topology is read once per step"
     );
+    assert_eq!(
+        *os.details.borrow(),
+        vec![Detail::Placement],
+        "a step reads what placement needs, not the PCIe links"
+    );
     let planned = node.planned();
+    assert_eq!(
+        os.link_reads.get(),
+        u32::from(planned.fabric.topology.is_some()),
+        "{name}: links are read only for a generated NCCL topology"
+    );
     assert!(
         planned.plan.violations.is_empty(),
         "{name}: {:?}",
@@ -1106,6 +1118,11 @@ fn azure_gets_a_generated_nccl_topology_that_describes_the_node() {
             "rank {local}"
         );
     }
+    // The placement read left the links out; the file still carries them, as a full read
+    // of the node would give them.
+    assert_eq!(node.os.link_reads.get(), 1);
+    assert_eq!(text, gpu_affinity::fabric::topo_xml::render(&node.machine));
+    assert!(text.contains("link_speed=\"32.0 GT/s PCIe\""), "{text}");
     // NCCL reads back the node it was written from: the same GPUs and fabric NICs.
     let parsed = gpu_affinity::sources::nccl_xml::parse(&text).expect("NCCL topology XML");
     let gpus = |m: &Machine| sorted(m.gpus.iter().map(|g| g.pci).collect());

@@ -2,6 +2,7 @@
 //! is forked (the forked tasks inherit the result).
 
 use gpu_affinity::fabric::profiles::Profiles;
+use gpu_affinity::sources::sysfs::Detail;
 
 use crate::fabric_env;
 use crate::guard::Failure;
@@ -59,7 +60,7 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         Ok(n) => n,
         Err(e) => return step::unplannable(resolved, format!("cannot count the local tasks: {e}")),
     };
-    let machine = match os.read_machine(&settings.sysfs_root) {
+    let machine = match os.read_machine(&settings.sysfs_root, Detail::Placement) {
         Ok(m) => m,
         Err(e) => {
             return step::unplannable(resolved, format!("this node's topology is unknown ({e})"));
@@ -104,7 +105,11 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         step_id,
         uid: host.job_uid().ok(),
     };
-    step::plan_step(machine, facts, fabric, &|name| {
+    let mut outcome = step::plan_step(machine, facts, fabric, &|name| {
         host.getenv(name).ok().flatten()
-    })
+    });
+    if let StepOutcome::Planned(planned) = &mut outcome {
+        step::add_topology_links(planned, os, &settings.sysfs_root);
+    }
+    outcome
 }

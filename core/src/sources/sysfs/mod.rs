@@ -21,6 +21,20 @@
 //! of the hardware, which a VM traps. Measured on a Firecracker VM: 6 functions' `config`
 //! took 18 ms for 256 bytes, 4.8 ms for 64, against 36 us for their `uevent`.
 //!
+//! [`Detail::Placement`] reads less: what the solver and the fabric environment
+//! (`fabric::step_fabric`) use, for the SPANK plugin, which discovers once per step on the
+//! launch path. It leaves out the four PCIe link attributes of every kept function (and
+//! the directory open that serves them: five of the seven opens per function) and the
+//! RDMA ports' `state` and `rate`, so `PciDevice::link` stays default and
+//! `RdmaPort::{state, rate}` stay `None`; on a p5.48xlarge tree that is 278 opens instead
+//! of 822. On a real node the saving is larger than the opens: the kernel answers
+//! `current_link_speed` and `current_link_width` from the device's config space (the
+//! Link Status register), the access a VM traps (see `config` below). Nothing placement computes reads those fields, with one exception: the NCCL
+//! topology file `step_fabric` generates when the vendor's file does not fit the node
+//! carries link speed and width. [`read_pci_links`] adds them afterwards, for that rare
+//! step only. The test `placement_detail` checks, for every catalog machine, that
+//! placement and fabric environment come out the same from both details.
+//!
 //! Missing files are unknowns (`None`, empty lists); a value that is there but malformed
 //! is an error naming the file. Parsing lives in [`parse`] and [`config`], reading in
 //! [`reader`].
@@ -69,13 +83,59 @@ pub enum SysfsError {
     Model { root: PathBuf, source: ModelError },
 }
 
+/// How much of the machine discovery reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Detail {
+    /// Everything the model holds (`explain`, fixtures, health checks).
+    #[default]
+    Full,
+    /// What placement uses (the solver and `fabric::step_fabric`): no PCIe link
+    /// attributes (`PciDevice::link` stays default) and no RDMA port `state` or `rate`
+    /// (`None`). Ports keep their number and link layer, which the NIC's kind and the
+    /// fabric environment need.
+    Placement,
+}
+
 /// Discover the machine under `root` (`/` for the live node, or a fixture tree).
 pub fn read_machine(root: &Path) -> Result<Machine, SysfsError> {
-    read_machine_from(&RootDir::open(root)?)
+    read_machine_with(root, Detail::Full)
+}
+
+/// Discover the machine under `root`, reading as much as `detail` asks for.
+pub fn read_machine_with(root: &Path, detail: Detail) -> Result<Machine, SysfsError> {
+    read_machine_from_with(&RootDir::open(root)?, detail)
 }
 
 /// Discover the machine through any [`FsReader`].
 pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsError> {
+    read_machine_from_with(fs, Detail::Full)
+}
+
+/// Add the PCIe link attributes a [`Detail::Placement`] read left out: for every PCI
+/// function of `machine`, what a [`Detail::Full`] read of `root` would have given.
+pub fn read_pci_links(root: &Path, machine: &mut Machine) -> Result<(), SysfsError> {
+    read_pci_links_from(&RootDir::open(root)?, machine)
+}
+
+/// [`read_pci_links`] through any [`FsReader`].
+pub fn read_pci_links_from<R: FsReader + ?Sized>(
+    fs: &R,
+    machine: &mut Machine,
+) -> Result<(), SysfsError> {
+    let d = Discovery { fs };
+    for device in &mut machine.pci {
+        // The bus link leads to the function's directory; opening through it spares the
+        // readlink and path walk discovery did.
+        device.link = d.link_attributes(&format!("sys/bus/pci/devices/{}", device.addr))?;
+    }
+    Ok(())
+}
+
+/// Discover the machine through any [`FsReader`], reading as much as `detail` asks for.
+pub fn read_machine_from_with<R: FsReader + ?Sized>(
+    fs: &R,
+    detail: Detail,
+) -> Result<Machine, SysfsError> {
     let d = Discovery { fs };
     let mut machine = Machine {
         dmi: d.dmi()?,
@@ -106,7 +166,7 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
         })
         .collect();
 
-    let rdma = d.rdma_devices()?;
+    let rdma = d.rdma_devices(detail)?;
     let netdevs = d.netdevs()?;
     // Per network function: its RDMA devices and netdevs, each in name order.
     let mut functions: BTreeMap<PciAddr, FunctionNames> = BTreeMap::new();
@@ -138,7 +198,10 @@ pub fn read_machine_from<R: FsReader + ?Sized>(fs: &R) -> Result<Machine, SysfsE
             continue;
         };
         let numa_node = d.numa_node(dir)?;
-        let link = d.link_attributes(dir)?;
+        let link = match detail {
+            Detail::Full => d.link_attributes(dir)?,
+            Detail::Placement => PciLink::default(),
+        };
         let position = path.chain.len() - 1;
         machine.pci.push(PciDevice {
             addr: *addr,
@@ -454,8 +517,16 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             .and_then(|last| last.parse().ok()))
     }
 
-    fn rdma_devices(&self) -> Result<Vec<(String, PciAddr, Vec<RdmaPort>)>, SysfsError> {
+    fn rdma_devices(
+        &self,
+        detail: Detail,
+    ) -> Result<Vec<(String, PciAddr, Vec<RdmaPort>)>, SysfsError> {
         const DIR: &str = "sys/class/infiniband";
+        // The link layer decides the NIC's kind; state and rate only inform people.
+        let port_files: &[&str] = match detail {
+            Detail::Full => &["link_layer", "state", "rate"],
+            Detail::Placement => &["link_layer"],
+        };
         let mut out = Vec::new();
         for name in self.fs.list(DIR)? {
             let entry = format!("{DIR}/{name}");
@@ -467,7 +538,7 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             for (port, files) in self.fs.read_entries(
                 &format!("{entry}/ports"),
                 &is_port,
-                &["state", "rate", "link_layer"],
+                port_files,
                 MAX_FILE_BYTES,
             )? {
                 let Some(number) = parse::numbered(&port, "") else {
@@ -478,9 +549,9 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
                     .map(|bytes| bytes.and_then(|b| parse::optional_text(&b)));
                 ports.push(RdmaPort {
                     number,
+                    link_layer: text.next().flatten(),
                     state: text.next().flatten(),
                     rate: text.next().flatten(),
-                    link_layer: text.next().flatten(),
                 });
             }
             ports.sort_by_key(|p| p.number);
