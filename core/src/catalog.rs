@@ -73,6 +73,10 @@ const FILES: &[(&str, &str)] = &[
         "BM.GPU.H100.8",
         include_str!("../catalog/bm.gpu.h100.8.toml"),
     ),
+    (
+        "BM.GPU.H200.8",
+        include_str!("../catalog/bm.gpu.h200.8.toml"),
+    ),
 ];
 
 /// How deep `extends` may chain before it counts as a cycle.

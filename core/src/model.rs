@@ -267,6 +267,10 @@ impl Machine {
     ///   accelerated-networking `mlx5_an0` next to eight IB VFs).
     /// - gVNIC only on machines without any RDMA NIC (GCP A3 High/Mega), and never the host
     ///   NIC on root bus 00 of domain 0 (gVNIC `enp0s12` on A3).
+    ///
+    /// Host NICs of the fabric's own model pass this rule (OCI BM.GPU.H200.8: eth0-eth3 are
+    /// ConnectX-7 like its eight fabric NICs); the vendor profile leaves them out, and
+    /// front ends use `fabric::fabric_nics`, which applies it.
     pub fn fabric_nics(&self) -> Vec<&Nic> {
         let is_rdma =
             |n: &Nic| matches!(n.kind, NicKind::Infiniband | NicKind::Roce | NicKind::Efa);

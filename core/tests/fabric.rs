@@ -955,3 +955,60 @@ fn admin_override_changes_the_rendered_env() {
     assert_eq!(env.node.len(), 1);
     assert_eq!(node_value(&env, "NCCL_IB_TC"), Some("106"));
 }
+
+/// OCI BM.GPU.H200.8's four host NIC functions (eth0-eth3) are ConnectX-7 like the eight
+/// fabric NICs, so the machine's own rule counts them as fabric; the oci-h200 profile
+/// leaves them out, and the solver, given the profile's fabric, never binds a rank to
+/// one, not even on a degraded node where a GPU lost its own NIC and the host NICs are as
+/// near as any fabric NIC on its NUMA node.
+#[test]
+fn oci_h200_host_nics_are_never_a_ranks_nic() {
+    use gpu_affinity::catalog;
+    use gpu_affinity::fabric;
+    use gpu_affinity::solver::{StepRequest, solve_with_fabric};
+
+    let profiles = Profiles::builtin();
+    let host = ["eth0", "eth1", "eth2", "eth3"];
+    let is_host = |n: &Nic| n.netdev.as_deref().is_some_and(|d| host.contains(&d));
+    let healthy = catalog::machine("BM.GPU.H200.8").unwrap();
+    let mut degraded = healthy.clone();
+    degraded
+        .nics
+        .retain(|n| n.netdev.as_deref() != Some("rdma0"));
+    for (m, hca) in [
+        (
+            &healthy,
+            "=mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11",
+        ),
+        (
+            &degraded,
+            "=mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11",
+        ),
+    ] {
+        assert_eq!(m.fabric_nics().iter().filter(|n| is_host(n)).count(), 4);
+        let nics = fabric::fabric_nics(m, &profiles);
+        assert!(!nics.iter().any(|n| is_host(n)));
+        let gpus: Vec<PciAddr> = m.gpus_in_slurm_order().iter().map(|g| g.pci).collect();
+        for mode in [Mode::Strict, Mode::Prefer] {
+            let request = StepRequest {
+                tasks: gpus.len() as u32,
+                gpus: gpus.clone(),
+                cpus: m.cpus(),
+                gpus_per_task: None,
+                mode,
+            };
+            let plan = solve_with_fabric(m, &request, &nics);
+            for rank in &plan.ranks {
+                assert!(!rank.nics.is_empty(), "rank {} has a NIC", rank.rank);
+                for r in &rank.nics {
+                    let nic = m.nics.iter().find(|n| n.pci == r.pci).unwrap();
+                    assert!(!is_host(nic), "rank {} got host NIC {}", rank.rank, r.pci);
+                }
+            }
+            let d = detect(m);
+            assert_eq!(d.profile, "oci-h200");
+            let env = render_env(profiles.get(&d.profile).unwrap(), m, &plan, &no_env, &[]);
+            assert_eq!(node_value(&env, "NCCL_IB_HCA"), Some(hca));
+        }
+    }
+}

@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use gpu_affinity::fabric::{self, profiles::Profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
-use gpu_affinity::solver::{Mode, Plan, StepRequest, ViolationKind, solve};
+use gpu_affinity::solver::{Mode, Plan, StepRequest, ViolationKind, solve_with_fabric};
 use gpu_affinity::{catalog, sources};
 
 /// `$GPU_AFFINITY_SHARED/topologies` (or the variable itself when it names the topologies
@@ -249,8 +250,10 @@ fn check_plan(name: &str, machine: &Machine, strict: &Plan, prefer: &Plan) -> Ve
 fn golden_value(source: &str, result: Result<Machine, String>) -> (serde_json::Value, Vec<String>) {
     match result {
         Ok(machine) => {
-            let strict = solve(&machine, &request(&machine, Mode::Strict));
-            let prefer = solve(&machine, &request(&machine, Mode::Prefer));
+            // As the front ends solve: over the fabric the vendor profile keeps.
+            let nics = fabric::fabric_nics(&machine, &Profiles::builtin());
+            let strict = solve_with_fabric(&machine, &request(&machine, Mode::Strict), &nics);
+            let prefer = solve_with_fabric(&machine, &request(&machine, Mode::Prefer), &nics);
             let bad = check_plan(source, &machine, &strict, &prefer);
             (
                 serde_json::json!({ "source": source, "strict": strict, "prefer": prefer }),

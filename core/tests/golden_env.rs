@@ -19,7 +19,7 @@ use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::fabric::{self, EnvValue, Origin, StepFabric, StepInputs};
 use gpu_affinity::model::{Dmi, Machine, NicKind};
 use gpu_affinity::pci::PciAddr;
-use gpu_affinity::solver::{Mode, Plan, StepRequest, solve};
+use gpu_affinity::solver::{Mode, Plan, StepRequest, solve_with_fabric};
 use gpu_affinity::{catalog, sources};
 use serde_json::{Value, json};
 
@@ -138,8 +138,9 @@ fn topology_files() -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// One rank per GPU in Slurm order, every CPU of the machine, strict.
-fn strict_plan(machine: &Machine) -> Plan {
+/// One rank per GPU in Slurm order, every CPU of the machine, strict, over the fabric the
+/// profile keeps (as the plugin and `explain` solve).
+fn strict_plan(machine: &Machine, profiles: &Profiles) -> Plan {
     let gpus: Vec<PciAddr> = machine
         .gpus_in_slurm_order()
         .iter()
@@ -152,7 +153,7 @@ fn strict_plan(machine: &Machine) -> Plan {
         gpus_per_task: None,
         mode: Mode::Strict,
     };
-    solve(machine, &request)
+    solve_with_fabric(machine, &request, &fabric::fabric_nics(machine, profiles))
 }
 
 fn step(machine: &Machine, plan: &Plan, profiles: &Profiles) -> StepFabric {
@@ -197,12 +198,27 @@ fn golden_value(source: &str, machine: &Machine, plan: &Plan, f: &StepFabric) ->
         .iter()
         .map(|r| r.iter().map(|(k, v)| (k.as_str(), shown(v))).collect())
         .collect();
-    let fabric_devices: Vec<String> = machine
+    // The step's fabric (the plan's, as the profile narrowed it) and, for review, the
+    // NICs the machine's own rule counts as fabric but the profile leaves out.
+    let shown_name =
+        |pci: PciAddr, name: Option<&str>| name.map_or(pci.to_string(), str::to_string);
+    let fabric_devices: Vec<String> = plan
+        .fabric_nics
+        .iter()
+        .map(|r| shown_name(r.pci, r.name.as_deref()))
+        .collect();
+    let left_out: Vec<String> = machine
         .fabric_nics()
         .iter()
-        .map(|n| n.name().map_or(n.pci.to_string(), str::to_string))
+        .filter(|n| {
+            !plan
+                .fabric_nics
+                .iter()
+                .any(|r| r.pci == n.pci && r.name.as_deref() == n.name())
+        })
+        .map(|n| shown_name(n.pci, n.name()))
         .collect();
-    json!({
+    let mut value = json!({
         "source": source,
         "dmi": machine.dmi,
         "detection": {
@@ -216,7 +232,11 @@ fn golden_value(source: &str, machine: &Machine, plan: &Plan, f: &StepFabric) ->
         "plan_refused": plan.refused(),
         "env": { "node": node, "ranks": ranks, "notes": f.env.notes },
         "topology": f.topology,
-    })
+    });
+    if !left_out.is_empty() {
+        value["left_out_by_profile"] = json!(left_out);
+    }
+    value
 }
 
 /// Compare (or with GOLDEN_UPDATE=1 rewrite) one golden file; returns a mismatch line.
@@ -312,6 +332,23 @@ fn check_env(
                 "{source}: NCCL_IB_HCA={} is not the node's fabric devices {fabric_names:?}",
                 hca.value
             ));
+        }
+    }
+    // The solver and the env see one fabric: no rank gets a NIC the profile leaves out.
+    let profile = profiles.get(&f.detection.profile);
+    for rank in &plan.ranks {
+        for r in &rank.nics {
+            let nic = machine
+                .nics
+                .iter()
+                .find(|n| n.pci == r.pci && (r.name.is_none() || n.name() == r.name.as_deref()));
+            let kept = nic.is_some_and(|n| profile.is_none_or(|p| p.fabric.keeps(n)));
+            if !plan.fabric_nics.contains(r) || !kept {
+                bad.push(format!(
+                    "{source}: rank {} got NIC {} {:?}, not in the profile's fabric",
+                    rank.rank, r.pci, r.name
+                ));
+            }
         }
     }
     for (rank, vars) in plan.ranks.iter().zip(&env.ranks) {
@@ -430,7 +467,7 @@ fn check_fixture_round_trip(
         .unwrap_or_else(|e| panic!("{rel}: writing the fixture: {e}"));
     let tree = sources::sysfs::read_machine(&root)
         .unwrap_or_else(|e| panic!("{rel}: reading the fixture back: {e}"));
-    let plan = strict_plan(&tree);
+    let plan = strict_plan(&tree, profiles);
     let f = step(&tree, &plan, profiles);
     let mut bad = check_env(&format!("{rel} (fixture)"), &tree, &plan, &f, profiles);
     let (a, b) = (&golden.detection, &f.detection);
@@ -477,7 +514,7 @@ fn shared_topology_files_match_their_golden_env() {
         let Some(machine) = shared_machine(&rel, &path) else {
             continue;
         };
-        let plan = strict_plan(&machine);
+        let plan = strict_plan(&machine, &profiles);
         let f = step(&machine, &plan, &profiles);
         bad.extend(check_env(&rel, &machine, &plan, &f, &profiles));
         let family = identity(&rel).and_then(|(_, family)| family);
@@ -497,13 +534,29 @@ fn shared_topology_files_match_their_golden_env() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// The vendor's NCCL_IB_HCA for an instance, as the derived catalog records it
+/// (`fabric_nic.nccl_ib_hca`, e.g. OCI's nccl.conf for BM.GPU.H200.8).
+fn vendor_hca_list(instance: &str) -> Option<String> {
+    let path = shared_topologies().join("derived/instance-fabric-catalog.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let dc: Value = serde_json::from_str(&text).expect("derived catalog is JSON");
+    dc["instances"].as_array()?.iter().find(|e| {
+        e["instance"]
+            .as_str()
+            .is_some_and(|i| i.split(" / ").any(|n| n == instance))
+    })?["fabric_nic"]["nccl_ib_hca"]
+        .as_str()
+        .map(str::to_string)
+}
+
 #[test]
 fn catalog_machines_match_their_golden_env() {
     let profiles = Profiles::builtin();
     let mut bad = Vec::new();
     for name in catalog::names() {
         let machine = catalog::machine(name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let plan = strict_plan(&machine);
+        let plan = strict_plan(&machine, &profiles);
         let f = step(&machine, &plan, &profiles);
         bad.extend(check_env(name, &machine, &plan, &f, &profiles));
         // Every catalog machine is a known instance: it must be recognised by name.
@@ -511,6 +564,15 @@ fn catalog_machines_match_their_golden_env() {
             bad.push(format!(
                 "{name}: detected instance {:?}",
                 f.detection.instance
+            ));
+        }
+        // Where the vendor publishes its HCA list for the instance, ours is the same list.
+        if let Some(want) = vendor_hca_list(name)
+            && f.env.node.get("NCCL_IB_HCA").map(|v| v.value.as_str()) != Some(want.as_str())
+        {
+            bad.push(format!(
+                "{name}: NCCL_IB_HCA {:?}, the vendor's is {want}",
+                f.env.node.get("NCCL_IB_HCA").map(|v| &v.value)
             ));
         }
         bad.extend(check_fixture_round_trip(name, &machine, &f, &profiles));

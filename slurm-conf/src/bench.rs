@@ -126,7 +126,7 @@ pub fn run(args: &Args) -> Result<(), CliError> {
 
 /// What the SPANK plugin computes once per step in user_init, part by part: the built-in
 /// fabric profiles parsed, the placement read of the tree, the plan for one rank per GPU
-/// and the fabric environment (no vendor topology file, as on the fixture tree).
+/// over the profile's fabric NICs and the fabric environment (no vendor topology file, as on the fixture tree).
 fn step_work(root: &Path, runs: usize) -> Result<(), CliError> {
     let mut times: [Vec<Duration>; 4] = Default::default();
     for _ in 0..runs {
@@ -148,7 +148,8 @@ fn step_work(root: &Path, runs: usize) -> Result<(), CliError> {
             mode: Mode::Strict,
         };
         let start = Instant::now();
-        let plan = solver::solve(&machine, &request);
+        let fabric_nics = fabric::fabric_nics(&machine, &profiles);
+        let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
         times[2].push(start.elapsed());
         let existing = |_: &str| None;
         let vendor_topology = |_: &str| None;
@@ -166,7 +167,7 @@ fn step_work(root: &Path, runs: usize) -> Result<(), CliError> {
     let labels = [
         "profiles (built-in, parsed)",
         "discovery (placement)",
-        "solve (one rank per GPU)",
+        "solve (profile fabric + plan)",
         "step_fabric (env)",
     ];
     let mut total = Duration::ZERO;

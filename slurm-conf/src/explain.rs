@@ -74,8 +74,11 @@ enum ModeArg {
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let machine = args.source.load()?;
     let request = step_request(&machine, args)?;
-    let plan = solver::solve(&machine, &request);
-    let fabric = fabric_for(&machine, &plan, args)?;
+    let (config, profiles) = fabric_setup(args)?;
+    // The profile's fabric, as in the plugin: ranks get only NICs NCCL_IB_HCA lists.
+    let fabric_nics = fabric::fabric_nics(&machine, &profiles);
+    let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
+    let fabric = fabric_for(&machine, &plan, &config, &profiles);
     if args.json {
         let report = Report {
             plan: &plan,
@@ -100,10 +103,9 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     })
 }
 
-/// The fabric environment, seen from this process: a variable set here counts as the
-/// user's own, as it would in the job, unless the admin config forces it. Config and
-/// profiles go through the plugin's own checks (core's `config` and `load_trusted`).
-fn fabric_for(machine: &Machine, plan: &Plan, args: &Args) -> Result<StepFabric, CliError> {
+/// The admin config and the profiles (built-in plus the admin's), through the plugin's
+/// own checks (core's `config` and `load_trusted`).
+fn fabric_setup(args: &Args) -> Result<(Config, profiles::Profiles), CliError> {
     let owner = args.trusted_owner;
     let config = match config::locate(args.config.as_deref(), Path::new(config::DEFAULT_CONFIG)) {
         Some(path) => config::read_trusted(&path, owner)?,
@@ -112,20 +114,31 @@ fn fabric_for(machine: &Machine, plan: &Plan, args: &Args) -> Result<StepFabric,
     let profiles_dir = args
         .profiles_dir
         .clone()
-        .or(config.fabric.profiles_dir)
+        .or_else(|| config.fabric.profiles_dir.clone())
         .unwrap_or_else(|| PathBuf::from(profiles::DEFAULT_PROFILE_DIR));
     let profiles = profiles::load_trusted(&profiles_dir, owner)?;
+    Ok((config, profiles))
+}
+
+/// The fabric environment, seen from this process: a variable set here counts as the
+/// user's own, as it would in the job, unless the admin config forces it.
+fn fabric_for(
+    machine: &Machine,
+    plan: &Plan,
+    config: &Config,
+    profiles: &profiles::Profiles,
+) -> StepFabric {
     let existing = |key: &str| std::env::var(key).ok();
     let vendor_topology =
         |path: &str| gpu_affinity::sources::read_topology_file(Path::new(path)).ok();
     let inputs = StepInputs {
-        profiles: &profiles,
+        profiles,
         existing: &existing,
         forced: &config.fabric.force,
         vendor_topology: &vendor_topology,
         generated_topology_path: GENERATED_TOPOLOGY,
     };
-    Ok(fabric::step_fabric(machine, plan, &inputs))
+    fabric::step_fabric(machine, plan, &inputs)
 }
 
 fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError> {

@@ -240,7 +240,9 @@ pub fn plan_step(
         gpus_per_task: facts.gpus_per_task,
         mode,
     };
-    let plan = solver::solve(&machine, &request);
+    // The profile's fabric NICs, so no rank gets a NIC NCCL_IB_HCA leaves out.
+    let fabric_nics = gpu_affinity::fabric::fabric_nics(&machine, &fabric.profiles);
+    let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
     let topology_dir = run_dir::step_dir(&fabric.settings.run_dir, facts.job_id, facts.step_id);
     let mut step_fabric = fabric_env::step_env(
         &machine,

@@ -92,7 +92,7 @@ fn cpus(text: &str) -> CpuSet {
 #[test]
 fn every_catalog_machine_expands_and_validates() {
     assert!(names().contains(&DEFAULT_MACHINE));
-    assert_eq!(names().len(), 7);
+    assert_eq!(names().len(), 8);
     for name in names() {
         let m = machine(name).unwrap_or_else(|e| panic!("{name}: {e}"));
         m.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -225,10 +225,13 @@ fn cores_follow_the_sibling_rule() {
     assert!(ndv5.cores.iter().all(|c| c.len() == 1));
 }
 
-/// Counts, PCI ids, DMI, NUMA count and CPU count against the derived catalog.
+/// Counts, PCI ids, DMI, NUMA count and CPU count against the derived catalog. The fabric
+/// is the one a step uses: the machine's rule narrowed by the vendor profile (on OCI
+/// BM.GPU.H200.8 the host NICs are ConnectX-7 too and only the profile leaves them out).
 #[test]
 fn catalog_agrees_with_derived_counts_ids_and_dmi() {
     let dc = derived();
+    let profiles = crate::fabric::profiles::Profiles::builtin();
     for name in names() {
         let m = machine(name).expect("machine");
         let e = derived_entry(&dc, name);
@@ -248,7 +251,7 @@ fn catalog_agrees_with_derived_counts_ids_and_dmi() {
             .as_u64()
             .or(nic["count_pci"].as_u64())
             .expect("nic count");
-        let fabric = m.fabric_nics();
+        let fabric = crate::fabric::fabric_nics(&m, &profiles);
         let functions: BTreeSet<(u32, u8, u8)> = fabric
             .iter()
             .map(|n| (n.pci.domain, n.pci.bus, n.pci.device))
@@ -266,6 +269,11 @@ fn catalog_agrees_with_derived_counts_ids_and_dmi() {
                 let dev = m.pci_device(n.pci).expect("nic");
                 assert_eq!((dev.vendor, dev.device), (v, d), "{name} NIC {}", n.pci);
             }
+        }
+        // The vendor's own HCA list: the fabric's RDMA names, in PCI order, exactly.
+        if let Some(hca) = nic["nccl_ib_hca"].as_str() {
+            let names: Vec<&str> = fabric.iter().filter_map(|n| n.rdma.as_deref()).collect();
+            assert_eq!(format!("={}", names.join(",")), hca, "{name}: NCCL_IB_HCA");
         }
         if let Some(n) = e["numa_nodes"].as_u64() {
             assert_eq!(m.numa_nodes.len() as u64, n, "{name} NUMA nodes");
@@ -548,6 +556,30 @@ fn catalog_agrees_with_derived_groups_and_pairs() {
                     "{name} rank {rank}"
                 );
             }
+        }
+        // No published pairing (the derived catalog says no topology dump exists): the
+        // 8 GPUs and the 8 fabric NICs of the vendor's HCA list must still pair one to one
+        // on a shared NUMA node.
+        let undumped = e["confidence"]
+            .as_str()
+            .is_some_and(|c| c.contains("no public topology dump"));
+        if !checked.contains(name) && undumped {
+            let profiles = crate::fabric::profiles::Profiles::builtin();
+            let fabric: BTreeSet<PciAddr> = crate::fabric::fabric_nics(&m, &profiles)
+                .iter()
+                .map(|n| n.pci)
+                .collect();
+            let mut paired = BTreeSet::new();
+            for g in &m.gpus {
+                let near = nearest_nics(&m, g.pci);
+                assert_eq!(near.len(), 1, "{name}: GPU {} nearest NICs {near:?}", g.pci);
+                let nic = *near.first().expect("one");
+                assert!(fabric.contains(&nic), "{name}: {nic} is fabric");
+                assert_eq!(m.numa_of(nic), m.numa_of(g.pci), "{name}: {nic} NUMA");
+                assert!(paired.insert(nic), "{name}: {nic} nearest two GPUs");
+            }
+            assert_eq!(paired, fabric, "{name}: every fabric NIC has its GPU");
+            checked.insert(name);
         }
     }
     // Every machine had at least one pairing shape checked.

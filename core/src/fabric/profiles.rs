@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::template::{self, Scope};
 use crate::config::{self, TrustError};
-use crate::model::NicKind;
+use crate::model::{Machine, Nic, NicKind};
 
 /// The directory front ends read admin profiles from by default.
 pub const DEFAULT_PROFILE_DIR: &str = "/etc/gpu-affinity/profiles.d";
@@ -189,13 +189,25 @@ impl MatchRules {
     }
 }
 
-/// Which of the node's fabric NICs a profile's placeholders see.
+/// Which of the node's fabric NICs the profile counts as its fabric: the ones its
+/// placeholders list and the only ones the solver gives to ranks.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FabricFilter {
     /// Only NICs of these kinds (empty: all fabric NICs).
     pub kinds: Vec<NicKind>,
     /// Never NICs with these netdev names (the host NIC of an image that is RDMA capable).
     pub exclude_netdevs: Vec<String>,
+}
+
+impl FabricFilter {
+    /// True when `nic` stays in the profile's fabric.
+    pub fn keeps(&self, nic: &Nic) -> bool {
+        (self.kinds.is_empty() || self.kinds.contains(&nic.kind))
+            && !nic
+                .netdev
+                .as_ref()
+                .is_some_and(|d| self.exclude_netdevs.contains(d))
+    }
 }
 
 /// One profile, parsed and checked.
@@ -212,6 +224,18 @@ pub struct Profile {
 }
 
 impl Profile {
+    /// The node's fabric NICs as this profile sees them: the machine's own rule
+    /// ([`Machine::fabric_nics`]) narrowed by the profile's `[fabric]` table. On OCI
+    /// BM.GPU.H200.8 the four host NIC functions are ConnectX-7 like the fabric, so only
+    /// the profile can leave them out.
+    pub fn fabric_nics<'m>(&self, machine: &'m Machine) -> Vec<&'m Nic> {
+        machine
+            .fabric_nics()
+            .into_iter()
+            .filter(|n| self.fabric.keeps(n))
+            .collect()
+    }
+
     /// The vendor topology file this profile points NCCL_TOPO_FILE at, when it must be
     /// checked against the live node first.
     pub fn topology_file(&self) -> Option<&str> {

@@ -65,15 +65,6 @@ fn nic_for<'m>(machine: &'m Machine, r: &NicRef) -> Option<&'m Nic> {
     }
 }
 
-fn keep(profile: &Profile, nic: &Nic) -> bool {
-    let f = &profile.fabric;
-    (f.kinds.is_empty() || f.kinds.contains(&nic.kind))
-        && !nic
-            .netdev
-            .as_ref()
-            .is_some_and(|d| f.exclude_netdevs.contains(d))
-}
-
 fn push_unique(out: &mut Vec<String>, v: String) {
     if !out.contains(&v) {
         out.push(v);
@@ -126,7 +117,7 @@ pub fn render_env(
         .fabric_nics
         .iter()
         .filter_map(|r| nic_for(machine, r))
-        .filter(|n| keep(profile, n))
+        .filter(|n| profile.fabric.keeps(n))
         .collect();
     let node = NicFacts::of(&fabric);
     let host: Vec<String> = {
@@ -205,7 +196,7 @@ pub fn render_env(
                         .nics
                         .iter()
                         .filter_map(|r| nic_for(machine, r))
-                        .filter(|n| keep(profile, n))
+                        .filter(|n| profile.fabric.keeps(n))
                         .collect();
                     let mine = NicFacts::of(&nics);
                     let minors: Vec<String> = rank

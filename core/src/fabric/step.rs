@@ -1,12 +1,13 @@
-//! One call for the front ends: detection, profile, environment and the NCCL topology
-//! file decision for a step, so the plugin and `explain` cannot drift apart.
+//! What the front ends call around the solver, so the plugin and `explain` cannot drift
+//! apart: [`fabric_nics`] before solving (the NICs ranks may be given), [`step_fabric`]
+//! after (detection, profile, environment and the NCCL topology file decision).
 
 use serde::Serialize;
 
 use super::profiles::Profiles;
 use super::topo::{self, TopoDecision};
 use super::{Detection, Env, detect_with, render_env, topo_xml};
-use crate::model::Machine;
+use crate::model::{Machine, Nic};
 use crate::solver::Plan;
 
 /// What the front end provides besides the machine and the plan.
@@ -34,6 +35,21 @@ pub struct StepFabric {
     /// NCCL topology XML to write at `generated_topology_path` (when the env points there).
     #[serde(skip)]
     pub generated_topology: Option<String>,
+}
+
+/// The node's fabric NICs for a step: the machine's own rule narrowed by the `[fabric]`
+/// table of the profile detection picks from `profiles` (see [`super::profiles::Profile::fabric_nics`]).
+///
+/// Front ends pass this to [`crate::solver::solve_with_fabric`], so the NICs ranks are
+/// bound to and the node-wide lists [`step_fabric`] exports (NCCL_IB_HCA) are one set: a
+/// host NIC the profile leaves out is neither in NCCL_IB_HCA nor any rank's NIC.
+pub fn fabric_nics<'m>(machine: &'m Machine, profiles: &Profiles) -> Vec<&'m Nic> {
+    let detection = detect_with(machine, profiles);
+    match profiles.get(&detection.profile) {
+        Some(profile) => profile.fabric_nics(machine),
+        // detect_with only names profiles from the set it was given.
+        None => machine.fabric_nics(),
+    }
 }
 
 /// Detect the vendor, render the profile's environment for `plan`, and settle

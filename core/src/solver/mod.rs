@@ -110,15 +110,27 @@ impl Plan {
     }
 }
 
-/// Solve a step's placement. Never panics; every problem is a typed violation.
+/// Solve a step's placement over the machine's own fabric NICs
+/// ([`Machine::fabric_nics`]). Never panics; every problem is a typed violation.
 ///
 /// Duplicate GPUs in the request count once. GPUs the machine does not know still go to
 /// their rank (with a `topology_unknown` violation) but get no NIC.
+///
+/// Front ends that export a vendor profile's environment call [`solve_with_fabric`] with
+/// `fabric::fabric_nics` instead, so a host NIC the profile leaves out of NCCL_IB_HCA is
+/// no rank's NIC either.
 pub fn solve(machine: &Machine, request: &StepRequest) -> Plan {
+    solve_with_fabric(machine, request, &machine.fabric_nics())
+}
+
+/// [`solve`] with the node's fabric NICs decided by the caller: only these are given to
+/// ranks and listed in [`Plan::fabric_nics`]. A NIC listed twice (one entry per port of a
+/// dual-port function) counts once.
+pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Nic]) -> Plan {
     let locality = Locality::new(machine);
     let mut problems = Problems::default();
 
-    let fabric = fabric_nics(machine);
+    let fabric = one_per_function(fabric);
     let nic_places: Vec<Place> = fabric
         .iter()
         .map(|n| locality.place_or_unknown(n.pci))
@@ -318,8 +330,8 @@ pub fn solve(machine: &Machine, request: &StepRequest) -> Plan {
 }
 
 /// The node's fabric NICs, one per PCI function, sorted by PCI address.
-fn fabric_nics(machine: &Machine) -> Vec<&Nic> {
-    let mut fabric = machine.fabric_nics();
+fn one_per_function<'m>(fabric: &[&'m Nic]) -> Vec<&'m Nic> {
+    let mut fabric = fabric.to_vec();
     fabric.sort_by_key(|n| n.pci);
     fabric.dedup_by_key(|n| n.pci);
     fabric

@@ -2,6 +2,7 @@
 //! lstopo --of xml`): every GPU and NIC must sit under the PCIe bridges and the CPU set
 //! (NUMA node) the model says.
 
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::{Machine, class};
 use gpu_affinity::pci::PciAddr;
+use gpu_affinity::sources::hwloc_xml::parse_bitmap;
 
 const LSTOPO_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -35,6 +37,14 @@ pub fn lstopo_xml(root: &Path) -> String {
         ),
         Err(e) => panic!("cannot run lstopo: {e}"),
     };
+    // Drain stderr while lstopo runs: a full pipe (64 KiB of warnings) would stall it
+    // until the timeout.
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stderr_pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    });
     let started = Instant::now();
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -50,8 +60,7 @@ pub fn lstopo_xml(root: &Path) -> String {
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let stderr = stderr_reader.join().unwrap();
     assert!(
         status.success(),
         "lstopo failed on {}: {stderr}",
@@ -65,24 +74,12 @@ pub fn lstopo_xml(root: &Path) -> String {
     std::fs::read_to_string(&out).unwrap()
 }
 
-/// hwloc's bitmap text: "0x000000ff,0xffff0000" (32-bit words, most significant first;
-/// hwloc writes a run of zero words as empty fields, "0x00000001,,,0x00000001").
+/// hwloc's bitmap text ("0x000000ff,0xffff0000"), read by core's own parser; an object's
+/// cpuset is finite.
 fn hwloc_cpuset(text: &str) -> CpuSet {
-    let mut set = CpuSet::new();
-    for (i, word) in text.split(',').rev().enumerate() {
-        let digits = word.trim_start_matches("0x");
-        let value = if digits.is_empty() {
-            0
-        } else {
-            u32::from_str_radix(digits, 16).unwrap()
-        };
-        for bit in 0..32 {
-            if value & (1 << bit) != 0 {
-                set.insert(i as u32 * 32 + bit);
-            }
-        }
-    }
-    set
+    let bitmap = parse_bitmap(text).unwrap_or_else(|e| panic!("hwloc cpuset {text:?}: {e}"));
+    assert!(!bitmap.infinite, "hwloc cpuset {text:?} is infinite");
+    bitmap.set
 }
 
 /// Where hwloc puts one PCI function: its bridges (nearest first, host bridge left out)
