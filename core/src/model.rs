@@ -7,6 +7,8 @@
 //! Unknowns stay explicit (`None`), never guessed: a VM's `numa_node = -1` is `None`,
 //! a source without CPU masks leaves the NUMA node's `cpus` empty.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
@@ -187,6 +189,87 @@ pub struct Machine {
     pub nics: Vec<Nic>,
 }
 
+/// Where a PCI function sits: what one walk up its bridges finds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PciPlace<'m> {
+    pub addr: PciAddr,
+    /// Bridges above the function, nearest first.
+    pub ancestors: Vec<PciAddr>,
+    /// Root complex name ("pci0000:10"): the function's own, else the nearest bridge's.
+    pub root: Option<&'m str>,
+    /// Own NUMA node, else the nearest bridge's, else the only node of a one-node machine.
+    pub numa: Option<u32>,
+}
+
+/// A machine's PCI functions by address, built once for callers that locate many
+/// functions (the solver places every step GPU and fabric NIC).
+pub struct PciIndex<'m> {
+    by_addr: HashMap<PciAddr, &'m PciDevice>,
+    only_numa: Option<u32>,
+}
+
+impl<'m> PciIndex<'m> {
+    pub fn new(machine: &'m Machine) -> Self {
+        let mut by_addr = HashMap::with_capacity(machine.pci.len());
+        for device in &machine.pci {
+            // First entry wins, like Machine::pci_device.
+            by_addr.entry(device.addr).or_insert(device);
+        }
+        Self {
+            by_addr,
+            only_numa: machine.only_numa(),
+        }
+    }
+
+    /// Same answer as [`Machine::place`], by hashed lookup.
+    pub fn place(&self, addr: PciAddr) -> Option<PciPlace<'m>> {
+        walk_up(
+            addr,
+            |a| self.by_addr.get(&a).copied(),
+            self.only_numa,
+            self.by_addr.len(),
+        )
+    }
+
+    /// The NUMA node of a function the tree lacks: the only node of a one-node machine.
+    pub fn only_numa(&self) -> Option<u32> {
+        self.only_numa
+    }
+}
+
+/// The one walk up the PCI tree. `limit` bounds it (a corrupt tree cannot make it loop);
+/// a cycle ends it at the first repeated bridge, which stays in the list.
+fn walk_up<'m>(
+    addr: PciAddr,
+    lookup: impl Fn(PciAddr) -> Option<&'m PciDevice>,
+    only_numa: Option<u32>,
+    limit: usize,
+) -> Option<PciPlace<'m>> {
+    let device = lookup(addr)?;
+    let mut ancestors = Vec::new();
+    let mut root = device.root.as_deref();
+    let mut numa = device.numa_node;
+    let mut cur = device.parent;
+    while let Some(parent) = cur {
+        if ancestors.contains(&parent) || ancestors.len() > limit {
+            break;
+        }
+        ancestors.push(parent);
+        let Some(bridge) = lookup(parent) else {
+            break;
+        };
+        root = root.or(bridge.root.as_deref());
+        numa = numa.or(bridge.numa_node);
+        cur = bridge.parent;
+    }
+    Some(PciPlace {
+        addr,
+        ancestors,
+        root,
+        numa: numa.or(only_numa),
+    })
+}
+
 /// A machine whose parts do not fit together.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ModelError {
@@ -227,35 +310,42 @@ impl Machine {
             .fold(CpuSet::new(), |acc, n| acc.union(&n.cpus))
     }
 
-    /// The bridges above `addr`, nearest first.
+    /// Where `addr` sits in the PCI tree (bridges, root complex, NUMA node); `None` when
+    /// the tree lacks it. Walks by linear lookup: [`PciIndex`] does the same walk for
+    /// callers that locate many functions.
+    pub fn place(&self, addr: PciAddr) -> Option<PciPlace<'_>> {
+        walk_up(
+            addr,
+            |a| self.pci_device(a),
+            self.only_numa(),
+            self.pci.len(),
+        )
+    }
+
+    /// The bridges above `addr`, nearest first. In a cyclic tree the walk stops at the
+    /// first repeat, so a function on a cycle lists itself (what `validate` looks for).
     pub fn ancestors(&self, addr: PciAddr) -> Vec<PciAddr> {
-        let mut out = Vec::new();
-        let mut cur = self.pci_device(addr).and_then(|d| d.parent);
-        while let Some(p) = cur {
-            if out.contains(&p) || out.len() > self.pci.len() {
-                break; // a cycle; validate() reports it
-            }
-            out.push(p);
-            cur = self.pci_device(p).and_then(|d| d.parent);
-        }
-        out
+        self.place(addr).map(|p| p.ancestors).unwrap_or_default()
     }
 
     /// The NUMA node of a PCI function: its own, else the nearest ancestor's, else the
     /// only NUMA node of a single-node machine; `None` when unknown.
     pub fn numa_of(&self, addr: PciAddr) -> Option<u32> {
-        std::iter::once(addr)
-            .chain(self.ancestors(addr))
-            .find_map(|a| self.pci_device(a).and_then(|d| d.numa_node))
-            .or(match self.numa_nodes.as_slice() {
-                [only] => Some(only.id),
-                _ => None,
-            })
+        self.place(addr).map_or(self.only_numa(), |p| p.numa)
     }
 
-    /// The root complex of a PCI function, if the source named it.
+    /// The root complex of a PCI function: its own, else the nearest ancestor's, if the
+    /// source named one.
     pub fn root_of(&self, addr: PciAddr) -> Option<&str> {
-        self.pci_device(addr).and_then(|d| d.root.as_deref())
+        self.place(addr).and_then(|p| p.root)
+    }
+
+    /// The NUMA node every function of a one-node machine is on.
+    fn only_numa(&self) -> Option<u32> {
+        match self.numa_nodes.as_slice() {
+            [only] => Some(only.id),
+            _ => None,
+        }
     }
 
     /// NICs that carry the GPU fabric.

@@ -5,35 +5,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use common::golden::{shared_topologies, topology_files};
 use gpu_affinity::catalog;
 use gpu_affinity::model::Machine;
 use gpu_affinity::sources::fixture::{realized, write_fixture};
 use gpu_affinity::sources::sysfs::read_machine;
 use gpu_affinity::sources::{TopologyError, parse_topology};
-
-fn shared_topologies() -> PathBuf {
-    std::env::var_os("GPU_AFFINITY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
-        .join("topologies")
-}
-
-fn xml_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            xml_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "xml") {
-            out.push(path);
-        }
-    }
-}
 
 fn assert_round_trip(what: &str, m: &Machine) {
     let dir = tempfile::tempdir().unwrap();
@@ -87,8 +66,7 @@ fn every_catalog_machine_round_trips_and_matches_hwloc() {
 
 #[test]
 fn every_shared_topology_file_round_trips_and_matches_hwloc() {
-    let mut files = Vec::new();
-    xml_files(&shared_topologies(), &mut files);
+    let files: Vec<PathBuf> = topology_files().into_iter().map(|(_, p)| p).collect();
     assert!(
         files.len() >= 10,
         "only {} XML files under {}",

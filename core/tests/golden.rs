@@ -7,59 +7,20 @@
 //! model's own tree walks (nearest NICs, even split, CPUs disjoint and NUMA-local, strict
 //! refusing exactly when a GPU has no fabric NIC on its NUMA node).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use common::golden::{check_golden, file_stem, shared_topologies, topology_files};
 use gpu_affinity::fabric::{self, profiles::Profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{Mode, Plan, StepRequest, ViolationKind, solve_with_fabric};
 use gpu_affinity::{catalog, sources};
 
-/// `$GPU_AFFINITY_SHARED/topologies` (or the variable itself when it names the topologies
-/// directory), else the workspace's sibling `shared/topologies`.
-fn shared_topologies() -> PathBuf {
-    match std::env::var_os("GPU_AFFINITY_SHARED").map(PathBuf::from) {
-        Some(shared) if shared.join("topologies").is_dir() => shared.join("topologies"),
-        Some(dir) => dir,
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/topologies"),
-    }
-}
-
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
-}
-
-/// Every `*.xml` under the shared topologies, relative path first, sorted.
-fn topology_files() -> Vec<(String, PathBuf)> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-            .map(|e| e.expect("directory entry").path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|x| x == "xml") {
-                out.push(path);
-            }
-        }
-    }
-    let root = shared_topologies();
-    let mut files = Vec::new();
-    walk(&root, &mut files);
-    files
-        .into_iter()
-        .map(|p| {
-            let rel = p
-                .strip_prefix(&root)
-                .expect("under root")
-                .to_string_lossy()
-                .replace('\\', "/");
-            (rel, p)
-        })
-        .collect()
 }
 
 /// One rank per GPU in Slurm order, every CPU of the machine.
@@ -75,28 +36,6 @@ fn request(machine: &Machine, mode: Mode) -> StepRequest {
         cpus: machine.cpus(),
         gpus_per_task: None,
         mode,
-    }
-}
-
-/// Compare (or with GOLDEN_UPDATE=1 rewrite) one golden file; returns a mismatch line.
-fn check_golden(name: &str, value: &serde_json::Value) -> Option<String> {
-    let path = golden_dir().join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(value).expect("serialises") + "\n";
-    if std::env::var_os("GOLDEN_UPDATE").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(golden_dir()).expect("create golden dir");
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        return None;
-    }
-    match std::fs::read_to_string(&path) {
-        Ok(want) if want == text => None,
-        Ok(_) => Some(format!(
-            "{} differs (GOLDEN_UPDATE=1 to regenerate, then review the diff)",
-            path.display()
-        )),
-        Err(e) => Some(format!(
-            "{}: {e} (GOLDEN_UPDATE=1 to create it)",
-            path.display()
-        )),
     }
 }
 
@@ -267,18 +206,6 @@ fn golden_value(source: &str, result: Result<Machine, String>) -> (serde_json::V
     }
 }
 
-fn file_stem(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 #[test]
 fn shared_topology_files_match_their_golden_plans() {
     let files = topology_files();
@@ -295,6 +222,7 @@ fn shared_topology_files_match_their_golden_plans() {
         let (value, mut problems) = golden_value(&rel, parsed);
         bad.append(&mut problems);
         bad.extend(check_golden(
+            &golden_dir(),
             &format!("topology-{}", file_stem(&rel)),
             &value,
         ));
@@ -316,6 +244,7 @@ fn catalog_machines_match_their_golden_plans() {
         );
         bad.append(&mut problems);
         bad.extend(check_golden(
+            &golden_dir(),
             &format!("catalog-{}", file_stem(name)),
             &value,
         ));

@@ -12,9 +12,12 @@
 //! node-wide key; each file and machine is also written as a fixture tree and read back as
 //! the plugin reads a node, which must detect the same and export the same.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use common::golden::{check_golden, file_stem, shared_topologies, topology_files};
 use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::fabric::{self, EnvValue, Origin, StepFabric, StepInputs};
 use gpu_affinity::model::{Dmi, Machine, NicKind};
@@ -27,16 +30,6 @@ use serde_json::{Value, json};
 const GENERATED_TOPOLOGY: &str = "<step tmpdir>/gpu-affinity-nccl-topo.xml";
 
 const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
-
-/// `$GPU_AFFINITY_SHARED/topologies` (or the variable itself when it names the topologies
-/// directory), else the workspace's sibling `shared/topologies`.
-fn shared_topologies() -> PathBuf {
-    match std::env::var_os("GPU_AFFINITY_SHARED").map(PathBuf::from) {
-        Some(shared) if shared.join("topologies").is_dir() => shared.join("topologies"),
-        Some(dir) => dir,
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/topologies"),
-    }
-}
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden-env")
@@ -104,38 +97,6 @@ fn identity(rel: &str) -> Option<(Identity, Option<&'static str>)> {
         }
         _ => return None,
     })
-}
-
-/// Every `*.xml` under the shared topologies, relative path first, sorted.
-fn topology_files() -> Vec<(String, PathBuf)> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-            .map(|e| e.expect("directory entry").path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|x| x == "xml") {
-                out.push(path);
-            }
-        }
-    }
-    let root = shared_topologies();
-    let mut files = Vec::new();
-    walk(&root, &mut files);
-    files
-        .into_iter()
-        .map(|p| {
-            let rel = p
-                .strip_prefix(&root)
-                .expect("under root")
-                .to_string_lossy()
-                .replace('\\', "/");
-            (rel, p)
-        })
-        .collect()
 }
 
 /// One rank per GPU in Slurm order, every CPU of the machine, strict, over the fabric the
@@ -237,28 +198,6 @@ fn golden_value(source: &str, machine: &Machine, plan: &Plan, f: &StepFabric) ->
         value["left_out_by_profile"] = json!(left_out);
     }
     value
-}
-
-/// Compare (or with GOLDEN_UPDATE=1 rewrite) one golden file; returns a mismatch line.
-fn check_golden(name: &str, value: &Value) -> Option<String> {
-    let path = golden_dir().join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(value).expect("serialises") + "\n";
-    if std::env::var_os("GOLDEN_UPDATE").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(golden_dir()).expect("create golden dir");
-        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
-        return None;
-    }
-    match std::fs::read_to_string(&path) {
-        Ok(want) if want == text => None,
-        Ok(_) => Some(format!(
-            "{} differs (GOLDEN_UPDATE=1 to regenerate, then review the diff)",
-            path.display()
-        )),
-        Err(e) => Some(format!(
-            "{}: {e} (GOLDEN_UPDATE=1 to create it)",
-            path.display()
-        )),
-    }
 }
 
 fn names_of(list: &str) -> BTreeSet<String> {
@@ -401,18 +340,6 @@ fn check_env(
     bad
 }
 
-fn file_stem(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
 /// The machine of a shared file with its real instance's identity, or `None` for a file
 /// that is not a topology (checked to be refused as such).
 fn shared_machine(rel: &str, path: &Path) -> Option<Machine> {
@@ -527,6 +454,7 @@ fn shared_topology_files_match_their_golden_env() {
         bad.extend(check_fixture_round_trip(&rel, &machine, &f, &profiles));
         let value = golden_value(&rel, &machine, &plan, &f);
         bad.extend(check_golden(
+            &golden_dir(),
             &format!("topology-{}", file_stem(&rel)),
             &value,
         ));
@@ -578,6 +506,7 @@ fn catalog_machines_match_their_golden_env() {
         bad.extend(check_fixture_round_trip(name, &machine, &f, &profiles));
         let value = golden_value(name, &machine, &plan, &f);
         bad.extend(check_golden(
+            &golden_dir(),
             &format!("catalog-{}", file_stem(name)),
             &value,
         ));

@@ -15,7 +15,8 @@ use crate::os::list;
 use crate::run_dir;
 use crate::step::{StepPlan, join};
 
-/// The advice every strict refusal ends with.
+/// The advice a strict refusal for one of the plugin's own problems (not the solver's,
+/// which carry their own) ends with.
 pub const ADVICE: &str = "use --gpu-affinity=prefer or drain this node";
 
 /// A prefer-mode warning: Slurm's info level does not reach srun from a task hook, so
@@ -34,27 +35,23 @@ pub struct Task {
     pub global: u32,
 }
 
-/// The strict refusal line: `gpu-affinity: rank 3: <what is wrong>; use ...`.
+/// The strict refusal line for one of the plugin's own problems:
+/// `gpu-affinity: rank 3: <what is wrong>; use --gpu-affinity=prefer or drain this node`.
 pub fn refusal(task: Task, problem: &str) -> Failure {
-    // The solver names ranks by their local index; the line names the global rank.
-    let problem = strip_rank(problem);
-    if problem.contains("--gpu-affinity") {
-        Failure(format!("gpu-affinity: rank {}: {problem}", task.global))
-    } else {
-        Failure(format!(
-            "gpu-affinity: rank {}: {problem}; {ADVICE}",
-            task.global
-        ))
-    }
+    refusal_with(task, problem, ADVICE)
 }
 
-/// "rank 3: GPU ..." -> "GPU ...".
-fn strip_rank(message: &str) -> &str {
-    message
-        .strip_prefix("rank ")
-        .and_then(|rest| rest.split_once(": "))
-        .filter(|(n, _)| n.chars().all(|c| c.is_ascii_digit()))
-        .map_or(message, |(_, text)| text)
+/// The strict refusal line for a solver violation, under the global rank (the solver
+/// names ranks by their local index, in its own field).
+fn refuse_violation(task: Task, v: &Violation) -> Failure {
+    refusal_with(task, &v.problem, &v.advice)
+}
+
+fn refusal_with(task: Task, problem: &str, advice: &str) -> Failure {
+    Failure(format!(
+        "gpu-affinity: rank {}: {problem}; {advice}",
+        task.global
+    ))
 }
 
 /// What was applied, for the env and the verbose line.
@@ -81,7 +78,7 @@ pub fn apply_rank(
     let plan = &step.plan;
 
     if let Some(v) = plan.violations.iter().find(|v| concerns(v, task)) {
-        return Err(refusal(task, &v.message));
+        return Err(refuse_violation(task, v));
     }
     // slurmstepd wrote the generated NCCL topology after forking the tasks: look for it.
     let topology_missing = step
@@ -112,10 +109,10 @@ pub fn apply_rank(
         for w in &plan.warnings {
             let line = match w.rank {
                 Some(r) => format!(
-                    "gpu-affinity: warning: local rank {r}: {}",
-                    strip_rank(&w.message)
+                    "gpu-affinity: warning: local rank {r}: {}; {}",
+                    w.problem, w.advice
                 ),
-                None => format!("gpu-affinity: warning: {}", strip_rank(&w.message)),
+                None => format!("gpu-affinity: warning: {}; {}", w.problem, w.advice),
             };
             warn_user(os, &line);
         }

@@ -652,11 +652,12 @@ fn a_narrowed_cpu_mask_is_a_violation_under_strict_and_a_warning_under_prefer() 
 #[test]
 fn strict_violation_fails_only_the_rank_it_names_with_one_line() {
     let mut step = step_plan(Choice::Strict, false, ["2", "3"]);
-    step.plan.violations.push(Violation {
-        rank: Some(1),
-        kind: ViolationKind::NoLocalNic,
-        message: "GPU 0000:8a:00.0 has no fabric NIC on its PCIe switch or NUMA node".into(),
-    });
+    step.plan.violations.push(Violation::new(
+        Some(1),
+        ViolationKind::NoLocalNic,
+        "GPU 0000:8a:00.0 has no fabric NIC on its PCIe switch or NUMA node",
+        "use --gpu-affinity=prefer or drain this node",
+    ));
     let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
     let host = gpu_host(&[]);
     apply_rank(
@@ -705,15 +706,14 @@ fn strict_violation_fails_only_the_rank_it_names_with_one_line() {
 }
 
 #[test]
-fn the_solvers_local_rank_prefix_becomes_the_global_rank() {
+fn a_violation_is_refused_under_the_global_rank_with_the_solvers_advice() {
     let mut step = step_plan(Choice::Strict, false, ["2", "3"]);
-    step.plan.violations.push(Violation {
-        rank: Some(0),
-        kind: ViolationKind::NoLocalCpu,
-        message: "rank 0: GPU 0003:00:00.0 is on NUMA node 1 but the step has no CPU there; \
-                  request CPUs on NUMA node 1 or use --gpu-affinity=prefer"
-            .into(),
-    });
+    step.plan.violations.push(Violation::new(
+        Some(0),
+        ViolationKind::NoLocalCpu,
+        "GPU 0003:00:00.0 is on NUMA node 1 but the step has no CPU there",
+        "request CPUs on NUMA node 1 or use --gpu-affinity=prefer",
+    ));
     let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
     let err = apply_rank(
         &step,
@@ -735,11 +735,12 @@ fn the_solvers_local_rank_prefix_becomes_the_global_rank() {
 #[test]
 fn prefer_warns_about_plan_warnings_once_per_step() {
     let mut step = step_plan(Choice::Prefer, false, ["2", "3"]);
-    step.plan.warnings.push(Violation {
-        rank: Some(1),
-        kind: ViolationKind::NoLocalNic,
-        message: "GPU 0008:00:00.0 shares NIC mlx5_2 with GPU 0003:00:00.0".into(),
-    });
+    step.plan.warnings.push(Violation::new(
+        Some(1),
+        ViolationKind::NoLocalNic,
+        "GPU 0008:00:00.0 shares NIC mlx5_2 with GPU 0003:00:00.0",
+        "drain this node (continuing under --gpu-affinity=prefer)",
+    ));
     let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
     let host = gpu_host(&[]);
     logger::take();

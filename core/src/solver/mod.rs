@@ -1,13 +1,17 @@
 //! The binding solver: (machine, step allocation, tasks, mode) -> per-rank Plan.
 //!
 //! Pure: no I/O. The SPANK plugin and `gpu-affinity explain` both call [`solve`].
-
 //!
 //! The steps, one module each: [`ranks`] hands the step's GPUs to the local ranks,
 //! [`locality`] places every GPU and fabric NIC in the PCI tree, [`nics`] gives each GPU
 //! its nearest NICs split evenly, [`cpus`] splits each NUMA node's allocated cores between
 //! the ranks whose GPUs sit there. Problems become typed [`Violation`]s; the plan is
 //! always complete, best effort where a violation was found.
+//!
+//! CPUs are disjoint between ranks that have no violation. A rank that has one (no GPU,
+//! no allocated CPU of its own on its GPU's NUMA node, unknown topology), which strict
+//! does not run, still gets CPUs for prefer, possibly shared with other ranks; every rank
+//! whose CPUs another rank also holds has a reason line `CPUs X are shared with rank N`.
 
 mod cpus;
 mod locality;
@@ -16,15 +20,17 @@ mod ranks;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 
 use crate::cpuset::CpuSet;
-use crate::model::{Machine, Nic};
+use crate::model::{Machine, Nic, PciIndex};
 use crate::pci::PciAddr;
 
-use locality::{Locality, Nearness, Place};
+use locality::{Nearness, Place};
+
+pub use ranks::MAX_TASKS;
 
 /// How a step treats placement problems.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -75,10 +81,15 @@ pub struct RankPlan {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ViolationKind {
+    /// A rank is left without a GPU.
     NoGpu,
+    /// A GPU has no fabric NIC on its own NUMA node (or the node has none at all).
     NoLocalNic,
+    /// A rank has no allocated CPU of its own on its GPU's NUMA node.
     NoLocalCpu,
     GpusNotDivisible,
+    /// More local tasks than one solve plans ([`MAX_TASKS`]).
+    TooManyTasks,
     TopologyUnknown,
 }
 
@@ -87,8 +98,37 @@ pub struct Violation {
     /// `None` for step-wide problems.
     pub rank: Option<u32>,
     pub kind: ViolationKind,
-    /// One line a user can act on.
+    /// One line a user can act on: `rank N: <problem>; <advice>` (`step: ...` when
+    /// step-wide), built by [`Violation::new`].
     pub message: String,
+    /// What is wrong, without a rank prefix (`rank` says which).
+    pub problem: String,
+    /// What to do, worded for the plan's mode: strict offers `--gpu-affinity=prefer`
+    /// where running anyway makes sense; prefer says the step continues.
+    pub advice: String,
+}
+
+impl Violation {
+    /// The one place a violation's `message` is put together.
+    pub fn new(
+        rank: Option<u32>,
+        kind: ViolationKind,
+        problem: impl Into<String>,
+        advice: impl Into<String>,
+    ) -> Self {
+        let (problem, advice) = (problem.into(), advice.into());
+        let message = match rank {
+            Some(r) => format!("rank {r}: {problem}; {advice}"),
+            None => format!("step: {problem}; {advice}"),
+        };
+        Self {
+            rank,
+            kind,
+            message,
+            problem,
+            advice,
+        }
+    }
 }
 
 /// The solver's answer. In `Prefer` mode the same problems are reported as `warnings`
@@ -127,13 +167,13 @@ pub fn solve(machine: &Machine, request: &StepRequest) -> Plan {
 /// ranks and listed in [`Plan::fabric_nics`]. A NIC listed twice (one entry per port of a
 /// dual-port function) counts once.
 pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Nic]) -> Plan {
-    let locality = Locality::new(machine);
+    let index = PciIndex::new(machine);
     let mut problems = Problems::default();
 
     let fabric = one_per_function(fabric);
     let nic_places: Vec<Place> = fabric
         .iter()
-        .map(|n| locality.place_or_unknown(n.pci))
+        .map(|n| locality::place_or_unknown(&index, n.pci))
         .collect();
 
     let mut seen = HashSet::new();
@@ -143,21 +183,25 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
         .copied()
         .filter(|g| seen.insert(*g))
         .collect();
-    if request.tasks > ranks::MAX_TASKS {
+    if request.tasks > MAX_TASKS {
         problems.push(
             None,
-            ViolationKind::NoGpu,
+            ViolationKind::TooManyTasks,
             format!(
-                "step: {} local tasks is more than the {} one node can plan; only the first {} ranks are planned",
-                request.tasks,
-                ranks::MAX_TASKS,
-                ranks::MAX_TASKS
+                "{} local tasks are more than the {MAX_TASKS} one node can plan (only the first {MAX_TASKS} ranks are planned)",
+                request.tasks
             ),
+            Fix::ChangeOnly(format!("request at most {MAX_TASKS} tasks per node")),
         );
     }
     let split = ranks::split_gpus(&gpus, request.tasks, request.gpus_per_task);
-    if let Some(message) = split.uneven {
-        problems.push(None, ViolationKind::GpusNotDivisible, message);
+    if let Some(uneven) = split.uneven {
+        problems.push(
+            None,
+            ViolationKind::GpusNotDivisible,
+            uneven.problem,
+            Fix::ChangeOnly(uneven.action),
+        );
     }
 
     // Every GPU some rank holds, located once.
@@ -166,7 +210,7 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
         .iter()
         .enumerate()
         .flat_map(|(r, gs)| gs.iter().map(move |g| (r, *g)))
-        .map(|(r, g)| (r, g, locality.place(g)))
+        .map(|(r, g)| (r, g, index.place(g)))
         .collect();
     let located: Vec<Place> = held.iter().filter_map(|(_, _, p)| p.clone()).collect();
     let mut choices = nics::choose(&located, &nic_places).into_iter();
@@ -190,20 +234,20 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
     let mut numa_ranks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
 
     for (r, gpu, place) in &held {
-        let rank = *r as u32;
+        let rank = Some(*r as u32);
         let Some(place) = place else {
             problems.push(
-                Some(rank),
+                rank,
                 ViolationKind::TopologyUnknown,
-                format!(
-                    "rank {rank}: GPU {gpu} is not in this node's PCI tree; check the step's GPU list or use --gpu-affinity=prefer"
-                ),
+                format!("GPU {gpu} is not in this node's PCI tree"),
+                Fix::Change("check the step's GPU list".into()),
             );
             if fabric.is_empty() {
                 problems.push(
-                    Some(rank),
+                    rank,
                     ViolationKind::NoLocalNic,
-                    no_fabric_message(rank, *gpu),
+                    no_fabric_problem(*gpu),
+                    Fix::Node,
                 );
             }
             continue;
@@ -222,18 +266,20 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
                 .reasons
                 .push(format!("GPU {gpu}: this node has no fabric NIC"));
             problems.push(
-                Some(rank),
+                rank,
                 ViolationKind::NoLocalNic,
-                no_fabric_message(rank, *gpu),
+                no_fabric_problem(*gpu),
+                Fix::Node,
             );
         } else if let Some(numa) = place.numa
             && !nic_places.iter().any(|n| is_local(place, n))
         {
             let nearest = chosen.first().map(|c| (fabric[c.nic].pci, &c.nearness));
             problems.push(
-                Some(rank),
+                rank,
                 ViolationKind::NoLocalNic,
-                remote_nic_message(rank, *gpu, numa, nearest),
+                remote_nic_problem(*gpu, numa, nearest),
+                Fix::Node,
             );
         }
 
@@ -244,11 +290,10 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
                 n => format!("this machine has {n} NUMA nodes"),
             };
             problems.push(
-                Some(rank),
+                rank,
                 ViolationKind::TopologyUnknown,
-                format!(
-                    "rank {rank}: GPU {gpu} has no known NUMA node and {known}; fix the topology source or use --gpu-affinity=prefer"
-                ),
+                format!("GPU {gpu} has no known NUMA node and {known}"),
+                Fix::Change("fix the topology source".into()),
             );
             continue;
         };
@@ -259,22 +304,22 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
             .filter(|c| !c.is_empty());
         let Some(node_cpus) = node_cpus else {
             problems.push(
-                Some(rank),
+                rank,
                 ViolationKind::TopologyUnknown,
-                format!(
-                    "rank {rank}: GPU {gpu} is on NUMA node {numa}, which has no CPU list; fix the topology source or use --gpu-affinity=prefer"
-                ),
+                format!("GPU {gpu} is on NUMA node {numa}, which has no CPU list"),
+                Fix::Change("fix the topology source".into()),
             );
             continue;
         };
         if node_cpus.is_disjoint(&request.cpus) {
             problems.push(
-                Some(rank),
+                rank,
                 ViolationKind::NoLocalCpu,
                 format!(
-                    "rank {rank}: GPU {gpu} is on NUMA node {numa} (CPUs {node_cpus}) but the step has no CPU there (allocated: \"{}\"); request CPUs on NUMA node {numa} or use --gpu-affinity=prefer",
+                    "GPU {gpu} is on NUMA node {numa} (CPUs {node_cpus}) but the step has no CPU there (allocated: \"{}\")",
                     request.cpus
                 ),
+                Fix::Change(format!("request CPUs on NUMA node {numa}")),
             );
             continue;
         }
@@ -286,15 +331,15 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
 
     for (r, plan) in ranks.iter_mut().enumerate() {
         if plan.gpus.is_empty() {
-            let rank = plan.rank;
             problems.push(
-                Some(rank),
+                Some(plan.rank),
                 ViolationKind::NoGpu,
                 format!(
-                    "rank {rank}: no GPU is left for this rank ({} GPUs for {} tasks); request at least one GPU per task or fewer tasks",
+                    "no GPU is left for this rank ({} GPUs for {} tasks)",
                     gpus.len(),
-                    request.tasks.min(ranks::MAX_TASKS)
+                    request.tasks.min(MAX_TASKS)
                 ),
+                Fix::ChangeOnly("request at least one GPU per task or fewer tasks".into()),
             );
         }
         plan.nics = rank_nics[r]
@@ -307,12 +352,19 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
         plan.mems = rank_mems[r].iter().copied().collect();
     }
 
-    assign_cpus(machine, &request.cpus, &numa_ranks, &mut ranks);
+    assign_cpus(
+        machine,
+        &request.cpus,
+        &numa_ranks,
+        &mut ranks,
+        &mut problems,
+    );
+    note_shared_cpus(&mut ranks);
 
-    let problems = problems.into_sorted();
+    let problems = problems.into_violations(request.mode);
     let (violations, warnings) = match request.mode {
         Mode::Strict => (problems, Vec::new()),
-        Mode::Prefer => (Vec::new(), problems.into_iter().map(as_warning).collect()),
+        Mode::Prefer => (Vec::new(), problems),
     };
     Plan {
         mode: request.mode,
@@ -346,18 +398,13 @@ fn is_local(gpu: &Place, nic: &Place) -> bool {
     }
 }
 
-fn no_fabric_message(rank: u32, gpu: PciAddr) -> String {
+fn no_fabric_problem(gpu: PciAddr) -> String {
     format!(
-        "rank {rank}: GPU {gpu} has no fabric NIC on its PCIe switch or NUMA node (this node has no fabric NIC); use --gpu-affinity=prefer or drain this node"
+        "GPU {gpu} has no fabric NIC on its PCIe switch or NUMA node (this node has no fabric NIC)"
     )
 }
 
-fn remote_nic_message(
-    rank: u32,
-    gpu: PciAddr,
-    numa: u32,
-    nearest: Option<(PciAddr, &Nearness)>,
-) -> String {
+fn remote_nic_problem(gpu: PciAddr, numa: u32, nearest: Option<(PciAddr, &Nearness)>) -> String {
     let nearest = match nearest {
         Some((
             nic,
@@ -370,19 +417,21 @@ fn remote_nic_message(
         Some((nic, _)) => format!(" (nearest NIC {nic} has no known NUMA node)"),
         None => String::new(),
     };
-    format!(
-        "rank {rank}: GPU {gpu} has no fabric NIC on its PCIe switch or NUMA node {numa}{nearest}; use --gpu-affinity=prefer or drain this node"
-    )
+    format!("GPU {gpu} has no fabric NIC on its PCIe switch or NUMA node {numa}{nearest}")
 }
 
 /// Give every rank its CPUs: each NUMA node's allocated cores split between the ranks whose
-/// GPUs sit there; ranks left without CPUs (no GPU, no allocated core near their GPU,
-/// unknown topology) share what the allocation has left, or the whole allocation.
+/// GPUs sit there, disjointly while the node has a CPU per rank (with fewer, the ranks
+/// left without a CPU of their own are `no_local_cpu`). Ranks left without CPUs (no GPU,
+/// no allocated core near their GPU, unknown topology: each already a violation) take a
+/// share of what the allocation has left, or, when nothing is left, of the whole
+/// allocation; [`note_shared_cpus`] then names every sharing in the reasons.
 fn assign_cpus(
     machine: &Machine,
     alloc: &CpuSet,
     numa_ranks: &BTreeMap<u32, Vec<usize>>,
     ranks: &mut [RankPlan],
+    problems: &mut Problems,
 ) {
     let cores = cpus::Cores::new(machine);
     let mut given = CpuSet::new();
@@ -392,12 +441,38 @@ fn assign_cpus(
         };
         let local = node.cpus.intersection(alloc);
         let shares = cpus::split(&cores.within(&local), members.len());
+        // Fewer CPUs than ranks: the shares are single CPUs handed out in turn, and a rank
+        // whose CPU another rank also got has none of its own.
+        let mut held: HashMap<u32, usize> = HashMap::new();
+        if local.len() < members.len() {
+            for cpu in shares.iter().flat_map(CpuSet::iter) {
+                *held.entry(cpu).or_default() += 1;
+            }
+        }
         for (i, (&r, share)) in members.iter().zip(shares).enumerate() {
             ranks[r].reasons.push(format!(
                 "CPUs {share}: share {} of {} of the step's CPUs on NUMA node {numa} ({local})",
                 i + 1,
                 members.len()
             ));
+            if share
+                .iter()
+                .any(|cpu| held.get(&cpu).is_some_and(|&n| n > 1))
+            {
+                problems.push(
+                    Some(ranks[r].rank),
+                    ViolationKind::NoLocalCpu,
+                    format!(
+                        "the step has {} CPU(s) on NUMA node {numa} ({local}) for the {} ranks whose GPUs are there, so this rank has none of its own",
+                        local.len(),
+                        members.len()
+                    ),
+                    Fix::Change(format!(
+                        "request at least {} CPUs on NUMA node {numa}",
+                        members.len()
+                    )),
+                );
+            }
             share.iter().for_each(|cpu| {
                 given.insert(cpu);
             });
@@ -419,54 +494,117 @@ fn assign_cpus(
     }
     let rest = alloc.difference(&given);
     let (pool, what) = if rest.is_empty() {
-        (alloc.clone(), "the whole allocation, shared")
+        (
+            alloc.clone(),
+            "no CPU of the allocation is left over, so it takes a share of the whole allocation",
+        )
     } else {
-        (rest, "the allocation's CPUs no GPU-local rank holds")
+        (
+            rest,
+            "it takes a share of the allocation's CPUs no GPU-local rank holds",
+        )
     };
     let shares = cpus::split(&cores.within(&pool), leftover.len());
     for (&r, share) in leftover.iter().zip(shares) {
         let why = if ranks[r].gpus.is_empty() {
-            "this rank has no GPU".to_string()
+            "this rank has no GPU"
         } else {
-            "no allocated CPU is known near this rank's GPU(s)".to_string()
+            "no allocated CPU is known near this rank's GPU(s)"
         };
         ranks[r]
             .reasons
-            .push(format!("CPUs {share}: {why}; using {what}"));
+            .push(format!("CPUs {share}: {why}; {what}"));
         ranks[r].cpus = share;
     }
 }
 
-/// The way out strict messages offer; under prefer the user already took it.
-const PREFER_HINT: &str = "use --gpu-affinity=prefer";
-
-/// The same problem, worded for a step that runs anyway: the advice to switch to prefer
-/// is dropped (the user is in prefer) and the message says the step continues.
-fn as_warning(mut v: Violation) -> Violation {
-    let without_hint = v
-        .message
-        .replace(&format!(" or {PREFER_HINT}"), "")
-        .replace(&format!("{PREFER_HINT} or "), "");
-    v.message = format!("{without_hint} (continuing under --gpu-affinity=prefer)");
-    v
+/// Add a reason to every rank whose CPUs another rank also holds, naming (a few of) those
+/// ranks, so a plan never shares CPUs silently.
+fn note_shared_cpus(ranks: &mut [RankPlan]) {
+    // The usual plan shares nothing: find that out with one sort, no map.
+    let mut all: Vec<u32> = ranks.iter().flat_map(|r| r.cpus.iter()).collect();
+    all.sort_unstable();
+    if all.windows(2).all(|w| w[0] != w[1]) {
+        return;
+    }
+    let mut holders: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (r, plan) in ranks.iter().enumerate() {
+        for cpu in plan.cpus.iter() {
+            holders.entry(cpu).or_default().push(r);
+        }
+    }
+    // Name up to this many; the scan stops one past it, so a CPU every one of thousands of
+    // ranks holds costs a few steps per rank, not thousands.
+    const NAMED: usize = 3;
+    for r in 0..ranks.len() {
+        let mut others: BTreeSet<u32> = BTreeSet::new();
+        'scan: for cpu in ranks[r].cpus.iter() {
+            for &o in holders.get(&cpu).map(Vec::as_slice).unwrap_or_default() {
+                if o != r {
+                    others.insert(ranks[o].rank);
+                    if others.len() > NAMED {
+                        break 'scan;
+                    }
+                }
+            }
+        }
+        if others.is_empty() {
+            continue;
+        }
+        let mut names: Vec<String> = others.iter().take(NAMED).map(u32::to_string).collect();
+        let list = match (others.len() > NAMED, names.pop()) {
+            (true, Some(last)) => format!("ranks {}, {last} and others", names.join(", ")),
+            (false, Some(last)) if names.is_empty() => format!("rank {last}"),
+            (false, Some(last)) => format!("ranks {} and {last}", names.join(", ")),
+            (_, None) => continue,
+        };
+        let line = format!("CPUs {} are shared with {list}", ranks[r].cpus);
+        ranks[r].reasons.push(line);
+    }
 }
 
-/// Problems in the order users read them: step-wide first, then by rank.
+/// What a user can do about a problem; [`Fix::advice`] words it for each mode.
+enum Fix {
+    /// Change the request, or run anyway under prefer.
+    Change(String),
+    /// Only a different request helps: prefer runs the step but cannot give the rank
+    /// what it lacks, so strict does not offer it.
+    ChangeOnly(String),
+    /// The node lacks what the step needs: run anyway under prefer, or take the node out.
+    Node,
+}
+
+/// How a prefer warning says the step goes on.
+const CONTINUING: &str = "(continuing under --gpu-affinity=prefer)";
+
+impl Fix {
+    fn advice(&self, mode: Mode) -> String {
+        match (self, mode) {
+            (Fix::Change(a), Mode::Strict) => format!("{a} or use --gpu-affinity=prefer"),
+            (Fix::ChangeOnly(a), Mode::Strict) => a.clone(),
+            (Fix::Node, Mode::Strict) => "use --gpu-affinity=prefer or drain this node".into(),
+            (Fix::Change(a) | Fix::ChangeOnly(a), Mode::Prefer) => format!("{a} {CONTINUING}"),
+            (Fix::Node, Mode::Prefer) => format!("drain this node {CONTINUING}"),
+        }
+    }
+}
+
+/// Problems as found, turned into violations (or warnings) for the request's mode at the
+/// end, in the order users read them: step-wide first, then by rank.
 #[derive(Default)]
-struct Problems(Vec<Violation>);
+struct Problems(Vec<(Option<u32>, ViolationKind, String, Fix)>);
 
 impl Problems {
-    fn push(&mut self, rank: Option<u32>, kind: ViolationKind, message: String) {
-        self.0.push(Violation {
-            rank,
-            kind,
-            message,
-        });
+    fn push(&mut self, rank: Option<u32>, kind: ViolationKind, problem: String, fix: Fix) {
+        self.0.push((rank, kind, problem, fix));
     }
 
-    fn into_sorted(mut self) -> Vec<Violation> {
+    fn into_violations(mut self, mode: Mode) -> Vec<Violation> {
         // Stable: within a rank, the order the checks found them.
-        self.0.sort_by_key(|v| v.rank);
+        self.0.sort_by_key(|p| p.0);
         self.0
+            .into_iter()
+            .map(|(rank, kind, problem, fix)| Violation::new(rank, kind, problem, fix.advice(mode)))
+            .collect()
     }
 }

@@ -18,12 +18,19 @@ type GroupKey = ((u8, usize), Vec<usize>);
 
 /// For every step GPU (same order as `gpus`), the NICs it gets.
 ///
-/// Each GPU's candidates are the NICs tied at its best nearness. GPUs with the same
-/// candidate set form a group that splits the set evenly: with at least as many NICs as
-/// GPUs each GPU gets its own contiguous share (1 GPU + 4 NICs -> all four, 2 + 4 -> two
-/// each); with fewer, GPUs share them in turn (2 GPUs + 1 NIC -> shared). Groups are served
-/// nearest first, and a later group avoids NICs an earlier, nearer group already holds
-/// when it has others equally near, so one NIC is not doubly loaded without need.
+/// Each GPU's candidates are the NICs tied at its best nearness; GPUs with the same
+/// candidate set form a group. Groups are served nearest first, and each hands out its
+/// candidates by load (how many GPUs already hold a NIC), least-loaded first, ties by PCI
+/// order, so the split stays as even as it can across every GPU that ties at those NICs,
+/// whichever group they came from:
+///
+/// - with at least as many least-loaded candidates as GPUs, each GPU gets its own
+///   contiguous share of them (1 GPU + 4 NICs -> all four, 2 + 4 -> two each, 2 + 2 ->
+///   one each; a GPU equally near a NIC a nearer GPU holds and a free one takes the free
+///   one);
+/// - with fewer, each GPU gets one NIC, the GPUs spread over the candidates by load (2
+///   GPUs + 1 NIC -> shared; 4 GPUs tied at 1 free NIC and 3 NICs other GPUs hold -> one
+///   GPU on each).
 pub(super) fn choose<'m>(gpus: &[Place<'m>], nics: &[Place<'m>]) -> Vec<Vec<NicChoice<'m>>> {
     let mut out: Vec<Vec<NicChoice<'m>>> = vec![Vec::new(); gpus.len()];
     if nics.is_empty() {
@@ -45,20 +52,13 @@ pub(super) fn choose<'m>(gpus: &[Place<'m>], nics: &[Place<'m>]) -> Vec<Vec<NicC
     }
 
     // BTreeMap order: nearest key first, then by candidate set, so the result is stable.
-    let mut claimed = vec![false; nics.len()];
+    let mut load = vec![0usize; nics.len()];
     for ((_, tied), mut members) in groups {
         members.sort_by_key(|&g| gpus[g].addr);
-        let free: Vec<usize> = tied.iter().copied().filter(|&n| !claimed[n]).collect();
-        let candidates = if free.is_empty() { tied } else { free };
-        let (count, size) = (candidates.len(), members.len());
+        let slots = slots(&tied, members.len(), &mut load);
+        let (count, size) = (slots.len(), members.len());
         for (i, &g) in members.iter().enumerate() {
-            let share: Vec<usize> = if count >= size {
-                candidates[i * count / size..(i + 1) * count / size].to_vec()
-            } else {
-                vec![candidates[i * count / size]]
-            };
-            for n in share {
-                claimed[n] = true;
+            for &n in &slots[i * count / size..(i + 1) * count / size] {
                 out[g].push(NicChoice {
                     nic: n,
                     nearness: nearness(&gpus[g], &nics[n]),
@@ -67,4 +67,33 @@ pub(super) fn choose<'m>(gpus: &[Place<'m>], nics: &[Place<'m>]) -> Vec<Vec<NicC
         }
     }
     out
+}
+
+/// The NICs (indices into the fabric list, in PCI order, a NIC once per GPU it goes to)
+/// that `size` GPUs tied at `tied` take, with `load` raised for each. At least `size`
+/// slots; the caller cuts them into `size` contiguous shares.
+fn slots(tied: &[usize], size: usize, load: &mut [usize]) -> Vec<usize> {
+    let least = tied.iter().map(|&n| load[n]).min().unwrap_or(0);
+    let idle: Vec<usize> = tied.iter().copied().filter(|&n| load[n] == least).collect();
+    if idle.len() >= size {
+        for &n in &idle {
+            load[n] += 1;
+        }
+        return idle;
+    }
+    // Fewer least-loaded NICs than GPUs: one NIC per GPU, each to the NIC with the lowest
+    // load so far (ties by PCI order); then grouped by NIC so GPUs next to each other in
+    // PCI order share one.
+    let mut given = vec![0usize; tied.len()];
+    for _ in 0..size {
+        let Some(pick) = (0..tied.len()).min_by_key(|&i| (load[tied[i]], i)) else {
+            break;
+        };
+        load[tied[pick]] += 1;
+        given[pick] += 1;
+    }
+    tied.iter()
+        .zip(given)
+        .flat_map(|(&n, times)| std::iter::repeat_n(n, times))
+        .collect()
 }

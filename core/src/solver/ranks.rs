@@ -6,10 +6,16 @@ use crate::pci::PciAddr;
 /// allocate without bound.
 pub const MAX_TASKS: u32 = 1 << 16;
 
-/// Each rank's GPUs, and a sentence when the GPUs could not be split evenly.
+/// Each rank's GPUs, and what is wrong when the GPUs could not be split evenly.
 pub(super) struct GpuSplit {
     pub per_rank: Vec<Vec<PciAddr>>,
-    pub uneven: Option<String>,
+    pub uneven: Option<Uneven>,
+}
+
+/// Why the GPUs do not divide, and the request that would make them.
+pub(super) struct Uneven {
+    pub problem: String,
+    pub action: String,
 }
 
 /// Split `gpus` (already free of duplicates) among `tasks` ranks.
@@ -29,9 +35,10 @@ pub(super) fn split_gpus(gpus: &[PciAddr], tasks: u32, gpus_per_task: Option<u32
             // (`is_multiple_of` needs Rust 1.87; the workspace promises 1.85.)
             let spare = n % p;
             if spare > 0 {
-                uneven = Some(format!(
-                    "step: {n} GPUs cannot be given {p} per task; request a multiple of {p} GPUs or change --gpus-per-task"
-                ));
+                uneven = Some(Uneven {
+                    problem: format!("{n} GPUs cannot be given {p} per task"),
+                    action: format!("request a multiple of {p} GPUs or change --gpus-per-task"),
+                });
             }
             (0..tasks)
                 .map(|i| {
@@ -45,9 +52,10 @@ pub(super) fn split_gpus(gpus: &[PciAddr], tasks: u32, gpus_per_task: Option<u32
         None if n >= tasks => {
             let spare = n % tasks;
             if spare > 0 {
-                uneven = Some(format!(
-                    "step: {n} GPUs cannot be split evenly among {tasks} tasks; use a task count that divides {n} or set --gpus-per-task"
-                ));
+                uneven = Some(Uneven {
+                    problem: format!("{n} GPUs cannot be split evenly among {tasks} tasks"),
+                    action: format!("use a task count that divides {n} or set --gpus-per-task"),
+                });
             }
             (0..tasks)
                 .map(|i| gpus[i * n / tasks..(i + 1) * n / tasks].to_vec())

@@ -382,6 +382,52 @@ fn nested() -> Machine {
         .build()
 }
 
+/// Mixed nearness on one NUMA node: three switches each holding 1 GPU + 1 NIC, and one NIC
+/// and four GPUs loose (each on its own root complex, no switch), so the loose GPUs are
+/// equally near all four NICs while each switch GPU is nearest its own.
+fn mixed() -> Machine {
+    let mut b = Builder::new().numa(0, "0-15");
+    for k in 1..=3u8 {
+        let root = format!("pci0000:{k}0");
+        let port = format!("0000:{k}0:01.0");
+        let switch = format!("0000:{k}1:00.0");
+        b = b
+            .bridge(&port, None, Some(&root), Some(0))
+            .bridge(&switch, Some(&port), Some(&root), Some(0))
+            .gpu(
+                &format!("0000:{k}2:00.0"),
+                Some(&switch),
+                Some(&root),
+                Some(0),
+            )
+            .nic(
+                &format!("0000:{k}3:00.0"),
+                Some(&switch),
+                Some(&root),
+                Some(0),
+                NicKind::Infiniband,
+                &format!("mlx5_{k}"),
+            );
+    }
+    b = b.nic(
+        "0000:40:00.0",
+        None,
+        Some("pci0000:40"),
+        Some(0),
+        NicKind::Infiniband,
+        "mlx5_4",
+    );
+    for bus in ["50", "60", "70", "80"] {
+        b = b.gpu(
+            &format!("0000:{bus}:00.0"),
+            None,
+            Some(&format!("pci0000:{bus}")),
+            Some(0),
+        );
+    }
+    b.build()
+}
+
 /// One expected rank: GPUs, NIC addresses, cpulist, mems.
 type Rank = (
     &'static [&'static str],
@@ -786,6 +832,92 @@ const CASES: &[Case] = &[
         problems: &[],
     },
     Case {
+        name: "mixed nearness: the loose GPUs spread over all four NICs by load, not onto the one free NIC",
+        machine: mixed,
+        gpus: &[
+            "12:00.0", "22:00.0", "32:00.0", "50:00.0", "60:00.0", "70:00.0", "80:00.0",
+        ],
+        cpus: None,
+        tasks: 7,
+        per_task: None,
+        ranks: &[
+            (&["12:00.0"], &["13:00.0"], "0-1", &[0]),
+            (&["22:00.0"], &["23:00.0"], "2-3", &[0]),
+            (&["32:00.0"], &["33:00.0"], "4-5", &[0]),
+            (&["50:00.0"], &["13:00.0"], "6-8", &[0]),
+            (&["60:00.0"], &["23:00.0"], "9-10", &[0]),
+            (&["70:00.0"], &["33:00.0"], "11-12", &[0]),
+            (&["80:00.0"], &["40:00.0"], "13-15", &[0]),
+        ],
+        problems: &[],
+    },
+    Case {
+        name: "mixed nearness: two loose GPUs take the free NIC and the first switch NIC",
+        machine: mixed,
+        gpus: &["12:00.0", "22:00.0", "32:00.0", "50:00.0", "60:00.0"],
+        cpus: None,
+        tasks: 5,
+        per_task: None,
+        ranks: &[
+            (&["12:00.0"], &["13:00.0"], "0-2", &[0]),
+            (&["22:00.0"], &["23:00.0"], "3-5", &[0]),
+            (&["32:00.0"], &["33:00.0"], "6-8", &[0]),
+            (&["50:00.0"], &["13:00.0"], "9-11", &[0]),
+            (&["60:00.0"], &["40:00.0"], "12-15", &[0]),
+        ],
+        problems: &[],
+    },
+    Case {
+        name: "mixed nearness: loose GPUs alone take the four NICs one each",
+        machine: mixed,
+        gpus: &["50:00.0", "60:00.0", "70:00.0", "80:00.0"],
+        cpus: None,
+        tasks: 4,
+        per_task: None,
+        ranks: &[
+            (&["50:00.0"], &["13:00.0"], "0-3", &[0]),
+            (&["60:00.0"], &["23:00.0"], "4-7", &[0]),
+            (&["70:00.0"], &["33:00.0"], "8-11", &[0]),
+            (&["80:00.0"], &["40:00.0"], "12-15", &[0]),
+        ],
+        problems: &[],
+    },
+    Case {
+        name: "p5: 3 CPUs for 4 ranks on a NUMA node: the two ranks sharing a CPU are no_local_cpu",
+        machine: p5,
+        gpus: &["53:00.0", "64:00.0", "75:00.0", "86:00.0"],
+        cpus: Some("0-2"),
+        tasks: 4,
+        per_task: None,
+        ranks: &[
+            (
+                &["53:00.0"],
+                &["4f:00.0", "50:00.0", "51:00.0", "52:00.0"],
+                "0",
+                &[0],
+            ),
+            (
+                &["64:00.0"],
+                &["60:00.0", "61:00.0", "62:00.0", "63:00.0"],
+                "0",
+                &[0],
+            ),
+            (
+                &["75:00.0"],
+                &["71:00.0", "72:00.0", "73:00.0", "74:00.0"],
+                "1",
+                &[0],
+            ),
+            (
+                &["86:00.0"],
+                &["82:00.0", "83:00.0", "84:00.0", "85:00.0"],
+                "2",
+                &[0],
+            ),
+        ],
+        problems: &[(Some(0), NoLocalCpu), (Some(1), NoLocalCpu)],
+    },
+    Case {
         name: "a GPU the machine does not have",
         machine: p5,
         gpus: &["ee:00.0"],
@@ -915,25 +1047,29 @@ fn cases_give_the_expected_plans() {
 
         // Prefer: the same plan, the same problems as warnings, never refused.
         assert_eq!(prefer.ranks, strict.ranks, "{}", case.name);
+        // The same problems, word for word; only the advice is worded for the mode.
         let same = |a: &[Violation], b: &[Violation]| {
             a.iter()
-                .map(|v| (v.rank, v.kind))
-                .eq(b.iter().map(|v| (v.rank, v.kind)))
+                .map(|v| (v.rank, v.kind, &v.problem))
+                .eq(b.iter().map(|v| (v.rank, v.kind, &v.problem)))
         };
         assert!(same(&prefer.warnings, &strict.violations), "{}", case.name);
         for w in &prefer.warnings {
             assert!(
-                !w.message.contains("use --gpu-affinity=prefer"),
+                !w.advice.contains("use --gpu-affinity=prefer"),
                 "{}: {}",
                 case.name,
-                w.message
+                w.advice
             );
             assert!(
-                w.message
+                w.advice
                     .ends_with("(continuing under --gpu-affinity=prefer)"),
                 "{}",
-                w.message
+                w.advice
             );
+        }
+        for v in &strict.violations {
+            assert!(!v.advice.contains("continuing"), "{}", v.advice);
         }
         assert!(
             prefer.violations.is_empty() && !prefer.refused(),
@@ -1054,16 +1190,37 @@ fn check_invariants(machine: &Machine, request: &StepRequest, plan: &Plan, name:
             }
         }
     }
-    for v in &plan.violations {
-        assert!(!v.message.contains('\n'), "{name}: one line: {}", v.message);
-        match v.rank {
-            Some(rank) => assert!(
-                v.message.starts_with(&format!("rank {rank}: ")),
-                "{name}: {}",
-                v.message
-            ),
-            None => assert!(v.message.starts_with("step: "), "{name}: {}", v.message),
+    // Every CPU two ranks share is said on both; under strict each of them either has a
+    // violation or shares only with ranks that have one (they do not run).
+    for a in &plan.ranks {
+        for b in &plan.ranks {
+            if a.rank != b.rank && !a.cpus.is_disjoint(&b.cpus) {
+                assert!(
+                    a.reasons.iter().any(|r| r.contains(" are shared with ")),
+                    "{name}: rank {} shares CPUs with rank {} silently: {:?}",
+                    a.rank,
+                    b.rank,
+                    a.reasons
+                );
+            }
         }
+    }
+    for v in plan.violations.iter().chain(&plan.warnings) {
+        assert!(!v.message.contains('\n'), "{name}: one line: {}", v.message);
+        let prefix = match v.rank {
+            Some(rank) => format!("rank {rank}: "),
+            None => "step: ".to_string(),
+        };
+        assert_eq!(
+            v.message,
+            format!("{prefix}{}; {}", v.problem, v.advice),
+            "{name}"
+        );
+        assert!(
+            !v.problem.starts_with("rank ") && !v.problem.starts_with("step: "),
+            "{name}: {}",
+            v.problem
+        );
     }
 }
 
@@ -1292,6 +1449,121 @@ fn hostile_requests_do_not_panic() {
     let plan = solve(&p4d(), &req);
     assert_eq!(plan.ranks.len(), ranks::MAX_TASKS as usize);
     assert!(plan.refused());
+    assert_eq!(plan.violations[0].rank, None);
+    assert_eq!(plan.violations[0].kind, TooManyTasks);
+    assert_eq!(
+        plan.violations[0].message,
+        "step: 4294967295 local tasks are more than the 65536 one node can plan (only the first 65536 ranks are planned); request at most 65536 tasks per node"
+    );
+    let shared = &plan.ranks[0].reasons;
+    assert!(
+        shared.contains(&"CPUs 0 are shared with ranks 1, 2, 3 and others".to_string()),
+        "{shared:?}"
+    );
+}
+
+#[test]
+fn shared_cpus_are_said_in_the_reasons() {
+    // Ranks beyond the GPUs take the whole allocation: both sides say so.
+    let case = CASES
+        .iter()
+        .find(|c| c.name.starts_with("p4d: a step with one GPU of a pair"))
+        .expect("case");
+    let machine = p4d();
+    let plan = solve(&machine, &request(case, &machine, Mode::Strict));
+    assert!(
+        plan.ranks[0]
+            .reasons
+            .contains(&"CPUs 0-23,48-71 are shared with rank 2".to_string()),
+        "{:?}",
+        plan.ranks[0].reasons
+    );
+    assert!(
+        plan.ranks[2].reasons.contains(
+            &"CPUs 0-23,48-71: this rank has no GPU; no CPU of the allocation is left over, so it takes a share of the whole allocation".to_string()
+        ),
+        "{:?}",
+        plan.ranks[2].reasons
+    );
+    assert!(
+        plan.ranks[2]
+            .reasons
+            .contains(&"CPUs 0-23,48-71 are shared with rank 0".to_string())
+    );
+
+    // Fewer CPUs than ranks on a NUMA node: the pair that shares is named and refused.
+    let machine = p5();
+    let req = StepRequest {
+        gpus: ["53:00.0", "64:00.0", "75:00.0", "86:00.0"]
+            .map(pci)
+            .to_vec(),
+        cpus: cpus("0-2"),
+        tasks: 4,
+        gpus_per_task: None,
+        mode: Mode::Strict,
+    };
+    let plan = solve(&machine, &req);
+    assert!(
+        plan.ranks[1]
+            .reasons
+            .contains(&"CPUs 0 are shared with rank 0".to_string())
+    );
+    assert_eq!(
+        plan.violations[0].message,
+        "rank 0: the step has 3 CPU(s) on NUMA node 0 (0-2) for the 4 ranks whose GPUs are there, so this rank has none of its own; request at least 4 CPUs on NUMA node 0 or use --gpu-affinity=prefer"
+    );
+    assert!(
+        plan.ranks[2]
+            .reasons
+            .iter()
+            .all(|r| !r.contains("shared with"))
+    );
+}
+
+#[test]
+fn advice_is_worded_for_the_mode() {
+    let machine = remote_nic();
+    let mut req = StepRequest {
+        gpus: vec![pci("01:00.0")],
+        cpus: machine.cpus(),
+        tasks: 1,
+        gpus_per_task: None,
+        mode: Mode::Strict,
+    };
+    let strict = solve(&machine, &req);
+    req.mode = Mode::Prefer;
+    let prefer = solve(&machine, &req);
+    let (v, w) = (&strict.violations[0], &prefer.warnings[0]);
+    assert_eq!(
+        v.problem,
+        "GPU 0000:01:00.0 has no fabric NIC on its PCIe switch or NUMA node 0 (nearest NIC 0000:81:00.0 is on NUMA node 1, across the inter-socket link)"
+    );
+    assert_eq!(w.problem, v.problem);
+    assert_eq!(v.advice, "use --gpu-affinity=prefer or drain this node");
+    assert_eq!(
+        w.advice,
+        "drain this node (continuing under --gpu-affinity=prefer)"
+    );
+
+    // Not divisible: prefer cannot help, so strict does not offer it.
+    let machine = p4d();
+    let req = StepRequest {
+        gpus: P4D_ALL.iter().map(|g| pci(g)).collect(),
+        cpus: machine.cpus(),
+        tasks: 3,
+        gpus_per_task: None,
+        mode: Mode::Strict,
+    };
+    let v = &solve(&machine, &req).violations[0];
+    assert_eq!(
+        (v.rank, v.kind, v.problem.as_str(), v.advice.as_str()),
+        (
+            None,
+            GpusNotDivisible,
+            "8 GPUs cannot be split evenly among 3 tasks",
+            "use a task count that divides 8 or set --gpus-per-task"
+        )
+    );
 }
 
 #[test]

@@ -423,4 +423,5 @@ pub fn nccl_placeholder() -> Machine {
     m
 }
 
+pub mod golden;
 pub mod hwloc;
