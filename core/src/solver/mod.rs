@@ -8,10 +8,11 @@
 //! the ranks whose GPUs sit there. Problems become typed [`Violation`]s; the plan is
 //! always complete, best effort where a violation was found.
 //!
-//! CPUs are disjoint between ranks that have no violation. A rank that has one (no GPU,
-//! no allocated CPU of its own on its GPU's NUMA node, unknown topology), which strict
-//! does not run, still gets CPUs for prefer, possibly shared with other ranks; every rank
-//! whose CPUs another rank also holds has a reason line `CPUs X are shared with rank N`.
+//! CPUs are disjoint between ranks unless the step has fewer CPUs on a NUMA node than
+//! ranks whose GPUs sit there (then they share single CPUs), or a rank has a violation
+//! (no GPU, no allocated CPU on its GPU's NUMA node, unknown topology) and takes CPUs
+//! from what is left for prefer. Every rank whose CPUs another rank also holds has a
+//! reason line `CPUs X are shared with rank N`.
 
 mod cpus;
 mod locality;
@@ -85,7 +86,7 @@ pub enum ViolationKind {
     NoGpu,
     /// A GPU has no fabric NIC on its own NUMA node (or the node has none at all).
     NoLocalNic,
-    /// A rank has no allocated CPU of its own on its GPU's NUMA node.
+    /// The step has no allocated CPU on a rank's GPU's NUMA node.
     NoLocalCpu,
     GpusNotDivisible,
     /// More local tasks than one solve plans ([`MAX_TASKS`]).
@@ -352,13 +353,7 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
         plan.mems = rank_mems[r].iter().copied().collect();
     }
 
-    assign_cpus(
-        machine,
-        &request.cpus,
-        &numa_ranks,
-        &mut ranks,
-        &mut problems,
-    );
+    assign_cpus(machine, &request.cpus, &numa_ranks, &mut ranks);
     note_shared_cpus(&mut ranks);
 
     let problems = problems.into_violations(request.mode);
@@ -421,8 +416,8 @@ fn remote_nic_problem(gpu: PciAddr, numa: u32, nearest: Option<(PciAddr, &Nearne
 }
 
 /// Give every rank its CPUs: each NUMA node's allocated cores split between the ranks whose
-/// GPUs sit there, disjointly while the node has a CPU per rank (with fewer, the ranks
-/// left without a CPU of their own are `no_local_cpu`). Ranks left without CPUs (no GPU,
+/// GPUs sit there, disjointly while the node has a CPU per rank (with fewer, ranks share
+/// single CPUs). Ranks left without CPUs (no GPU,
 /// no allocated core near their GPU, unknown topology: each already a violation) take a
 /// share of what the allocation has left, or, when nothing is left, of the whole
 /// allocation; [`note_shared_cpus`] then names every sharing in the reasons.
@@ -431,7 +426,6 @@ fn assign_cpus(
     alloc: &CpuSet,
     numa_ranks: &BTreeMap<u32, Vec<usize>>,
     ranks: &mut [RankPlan],
-    problems: &mut Problems,
 ) {
     let cores = cpus::Cores::new(machine);
     let mut given = CpuSet::new();
@@ -441,38 +435,16 @@ fn assign_cpus(
         };
         let local = node.cpus.intersection(alloc);
         let shares = cpus::split(&cores.within(&local), members.len());
-        // Fewer CPUs than ranks: the shares are single CPUs handed out in turn, and a rank
-        // whose CPU another rank also got has none of its own.
-        let mut held: HashMap<u32, usize> = HashMap::new();
-        if local.len() < members.len() {
-            for cpu in shares.iter().flat_map(CpuSet::iter) {
-                *held.entry(cpu).or_default() += 1;
-            }
-        }
+        // Fewer CPUs than ranks: the shares are single CPUs handed out in turn, so some
+        // ranks share one; that is the best split the step allows, not a violation (each
+        // rank still has an allocated CPU on its GPU's NUMA node), and note_shared_cpus
+        // names the sharing in the reasons.
         for (i, (&r, share)) in members.iter().zip(shares).enumerate() {
             ranks[r].reasons.push(format!(
                 "CPUs {share}: share {} of {} of the step's CPUs on NUMA node {numa} ({local})",
                 i + 1,
                 members.len()
             ));
-            if share
-                .iter()
-                .any(|cpu| held.get(&cpu).is_some_and(|&n| n > 1))
-            {
-                problems.push(
-                    Some(ranks[r].rank),
-                    ViolationKind::NoLocalCpu,
-                    format!(
-                        "the step has {} CPU(s) on NUMA node {numa} ({local}) for the {} ranks whose GPUs are there, so this rank has none of its own",
-                        local.len(),
-                        members.len()
-                    ),
-                    Fix::Change(format!(
-                        "request at least {} CPUs on NUMA node {numa}",
-                        members.len()
-                    )),
-                );
-            }
             share.iter().for_each(|cpu| {
                 given.insert(cpu);
             });

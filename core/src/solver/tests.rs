@@ -883,7 +883,7 @@ const CASES: &[Case] = &[
         problems: &[],
     },
     Case {
-        name: "p5: 3 CPUs for 4 ranks on a NUMA node: the two ranks sharing a CPU are no_local_cpu",
+        name: "p5: 3 CPUs for 4 ranks on a NUMA node: two ranks share a CPU, no violation",
         machine: p5,
         gpus: &["53:00.0", "64:00.0", "75:00.0", "86:00.0"],
         cpus: Some("0-2"),
@@ -915,7 +915,7 @@ const CASES: &[Case] = &[
                 &[0],
             ),
         ],
-        problems: &[(Some(0), NoLocalCpu), (Some(1), NoLocalCpu)],
+        problems: &[],
     },
     Case {
         name: "a GPU the machine does not have",
@@ -1174,11 +1174,23 @@ fn check_invariants(machine: &Machine, request: &StepRequest, plan: &Plan, name:
             }
         }
     }
-    // Ranks on their own NUMA node share no CPU.
+    // Ranks share no CPU unless one has a violation or their NUMA node has fewer
+    // allocated CPUs than ranks whose GPUs sit there.
+    let crowded = |r: &RankPlan| {
+        r.mems.iter().any(|&numa| {
+            let here = plan.ranks.iter().filter(|o| o.mems.contains(&numa)).count();
+            let cpus = machine
+                .numa_node(numa)
+                .map_or(0, |n| n.cpus.intersection(&request.cpus).len());
+            cpus < here
+        })
+    };
     for a in &plan.ranks {
         for b in &plan.ranks {
             let clean = |r: &RankPlan| {
-                !r.gpus.is_empty() && !plan.violations.iter().any(|v| v.rank == Some(r.rank))
+                !r.gpus.is_empty()
+                    && !crowded(r)
+                    && !plan.violations.iter().any(|v| v.rank == Some(r.rank))
             };
             if a.rank < b.rank && clean(a) && clean(b) {
                 assert!(
@@ -1190,8 +1202,7 @@ fn check_invariants(machine: &Machine, request: &StepRequest, plan: &Plan, name:
             }
         }
     }
-    // Every CPU two ranks share is said on both; under strict each of them either has a
-    // violation or shares only with ranks that have one (they do not run).
+    // Every CPU two ranks share is said on both.
     for a in &plan.ranks {
         for b in &plan.ranks {
             if a.rank != b.rank && !a.cpus.is_disjoint(&b.cpus) {
@@ -1491,7 +1502,8 @@ fn shared_cpus_are_said_in_the_reasons() {
             .contains(&"CPUs 0-23,48-71 are shared with rank 0".to_string())
     );
 
-    // Fewer CPUs than ranks on a NUMA node: the pair that shares is named and refused.
+    // Fewer CPUs than ranks on a NUMA node: the ranks share single CPUs, named in the
+    // reasons; each still has an allocated CPU on its GPU's NUMA node, so no violation.
     let machine = p5();
     let req = StepRequest {
         gpus: ["53:00.0", "64:00.0", "75:00.0", "86:00.0"]
@@ -1508,10 +1520,7 @@ fn shared_cpus_are_said_in_the_reasons() {
             .reasons
             .contains(&"CPUs 0 are shared with rank 0".to_string())
     );
-    assert_eq!(
-        plan.violations[0].message,
-        "rank 0: the step has 3 CPU(s) on NUMA node 0 (0-2) for the 4 ranks whose GPUs are there, so this rank has none of its own; request at least 4 CPUs on NUMA node 0 or use --gpu-affinity=prefer"
-    );
+    assert!(plan.violations.is_empty(), "{:?}", plan.violations);
     assert!(
         plan.ranks[2]
             .reasons
