@@ -83,12 +83,14 @@ pub struct StepGpus {
 
 /// Read the step's GPUs from the job environment; `None` for a step without GPUs.
 ///
-/// Only `SLURM_STEP_GPUS` says which GPUs Slurm gave the step (gres/gpu sets it in every
-/// task of a step that has GPUs). `CUDA_VISIBLE_DEVICES` alone proves nothing: srun
-/// propagates the user's own environment, so an inherited value would turn a CPU step
-/// into a "GPU step" (which `default=strict` would then refuse), and under device
-/// confinement its ids are local ones that no /dev/nvidiaN minor matches. It is read
-/// only for the id convention of a step that has `SLURM_STEP_GPUS`.
+/// Only `SLURM_STEP_GPUS` says which GPUs Slurm gave the step (gres/gpu sets it for every
+/// step that has GPUs; measured on 22.05, `srun --gres=gpu:2` gives `0,1`). Alone,
+/// `CUDA_VISIBLE_DEVICES` proves nothing: srun propagates the user's own environment, and
+/// where Slurm does not clear an inherited value (22.05's gres/gpu clears it on nodes
+/// with gpu GRES, before user_init) it would turn a CPU step into a "GPU step" that
+/// `default=strict` would refuse; under device confinement its ids are local ones that
+/// no /dev/nvidiaN minor matches. It is read only for the id convention of a step that
+/// has `SLURM_STEP_GPUS`.
 pub fn step_gpus(host: &dyn Host) -> Result<Option<StepGpus>, String> {
     let env = |name: &str| -> Result<Option<String>, String> {
         Ok(host

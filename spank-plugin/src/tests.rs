@@ -1637,6 +1637,34 @@ fn an_admin_profiles_dir_others_can_write_is_refused() {
 }
 
 #[test]
+fn a_step_directory_whose_file_cannot_be_written_is_still_removed_at_exit() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = NodeStep::new(AZURE, "prefer", &[], &[]);
+    let topology = node.planned().fabric.topology.clone().expect("generated");
+    // A stale step directory of ours with something planted where the file goes: the
+    // directory is accepted, the write refused.
+    let run_dir = topology.dir.parent().expect("run_dir");
+    std::fs::create_dir(run_dir).expect("mkdir run_dir");
+    std::fs::create_dir(&topology.dir).expect("mkdir step dir");
+    for d in [run_dir, topology.dir.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let target = node.run.path().join("target");
+    std::os::unix::fs::symlink(&target, &topology.file).expect("symlink");
+    logger::take();
+    node.post_fork();
+    assert!(
+        logger::take()
+            .iter()
+            .any(|(_, t)| t.contains("cannot write the NCCL topology file")),
+    );
+    assert!(topology.dir.is_dir());
+    dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
+    assert!(!topology.dir.exists(), "exit removes the step directory");
+    assert!(run_dir.is_dir() && !target.exists());
+}
+
+#[test]
 fn an_unwritable_topology_file_refuses_strict_and_is_left_unset_under_prefer() {
     for choice in ["strict", "prefer"] {
         let node = NodeStep::new(AZURE, choice, &[], &[]);
@@ -1674,5 +1702,36 @@ fn an_unwritable_topology_file_refuses_strict_and_is_left_unset_under_prefer() {
         }
         dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
         assert!(run_dir.is_symlink(), "exit removes only what it wrote");
+    }
+}
+
+#[test]
+fn build_rs_requires_every_slurm_function_the_wrapper_calls() {
+    let build = include_str!("../build.rs");
+    let list = build
+        .split_once("const REQUIRED_FUNCTIONS")
+        .and_then(|(_, rest)| rest.split_once("];"))
+        .map(|(list, _)| list)
+        .expect("REQUIRED_FUNCTIONS in build.rs");
+    let sources = [include_str!("spank.rs"), include_str!("logger.rs")].concat();
+    let mut called: Vec<&str> = sources
+        .split("ffi::")
+        .skip(1)
+        .filter_map(|rest| {
+            let name = rest
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .next()?;
+            let is_call = rest[name.len()..].starts_with('(');
+            (is_call && (name.starts_with("spank_") || name.starts_with("slurm_"))).then_some(name)
+        })
+        .collect();
+    called.sort_unstable();
+    called.dedup();
+    assert!(called.len() >= 8, "{called:?}");
+    for name in called {
+        assert!(
+            list.contains(&format!("\"{name}\"")),
+            "{name} is not in REQUIRED_FUNCTIONS"
+        );
     }
 }
