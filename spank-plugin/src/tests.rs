@@ -573,7 +573,8 @@ fn cuda_ids_follow_pci_order_where_minors_do_not() {
 
 #[test]
 fn each_rank_opens_its_planned_gpu_when_minors_are_out_of_pci_order() {
-    let plugin = remote_plugin(&["default=strict", "sysfs_root=/srv/fx"]);
+    // prefer: both GPUs sit on NUMA node 0, which has one CPU for the two ranks.
+    let plugin = remote_plugin(&["default=prefer", "sysfs_root=/srv/fx"]);
     let host = gpu_host(&[("SLURM_STEP_GPUS", "0,1"), ("CUDA_VISIBLE_DEVICES", "0,1")]);
     let os = FakeOs::new(Ok(swapped_minors()), "0-1", &[0, 1]);
     dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
