@@ -3,27 +3,31 @@
 //! One build targets one Slurm series: `plugin_version` must carry the header's
 //! SLURM_VERSION_NUMBER (Slurm refuses a plugin whose major.minor differ), so the number
 //! is read from the same header set bindgen sees and exported as `SLURM_VERSION_NUMBER`
-//! in the bindings. Optional API (functions a newer Slurm added) is detected from the
-//! header text and surfaced as `cfg`s instead of being assumed.
+//! in the bindings. Every SPANK function the wrapper calls is looked for in the header
+//! text, so a Slurm that lacks one fails the build with its name instead of leaving an
+//! undefined symbol for slurmstepd to trip over at load.
 
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Functions that only some Slurm series declare; each found one becomes
-/// `cfg(spank_has_<name>)`.
-const OPTIONAL_FUNCTIONS: &[&str] = &[
-    "spank_prepend_task_argv",
-    "spank_job_control_setenv",
+/// The functions `spank.rs` and `logger.rs` call; all must be declared by the header.
+const REQUIRED_FUNCTIONS: &[&str] = &[
+    "spank_context",
     "spank_get_item",
+    "spank_getenv",
+    "spank_setenv",
+    "spank_option_register",
+    "spank_strerror",
+    "slurm_error",
+    "slurm_info",
+    "slurm_verbose",
+    "slurm_debug",
 ];
 
 fn main() {
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
     println!("cargo:rerun-if-changed=build.rs");
-    for name in OPTIONAL_FUNCTIONS {
-        println!("cargo::rustc-check-cfg=cfg(spank_has_{name})");
-    }
 
     let include_dir = env::var_os("SLURM_INCLUDE_DIR")
         .map(PathBuf::from)
@@ -50,10 +54,17 @@ fn main() {
         include_dir.display()
     );
 
-    for name in OPTIONAL_FUNCTIONS {
-        if declares_function(&spank_text, name) {
-            println!("cargo:rustc-cfg=spank_has_{name}");
-        }
+    let missing: Vec<&str> = REQUIRED_FUNCTIONS
+        .iter()
+        .copied()
+        .filter(|name| !declares_function(&spank_text, name))
+        .collect();
+    if !missing.is_empty() {
+        die(&format!(
+            "{} does not declare {} (the plugin calls them); is this Slurm's spank.h?",
+            spank_h.display(),
+            missing.join(", ")
+        ));
     }
 
     let bindings = bindgen::Builder::default()

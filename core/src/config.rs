@@ -383,16 +383,58 @@ pub(crate) fn read_trusted_text(
         path: path.display().to_string(),
         message: e.to_string(),
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = open_regular(path).map_err(io)?;
     check_trusted(&file.metadata().map_err(io)?, what, path, owner)?;
+    read_bounded_text(file, limit).map_err(io)
+}
+
+/// Open `path` for reading without blocking and refuse anything but a regular file.
+///
+/// A plain open(2) of a FIFO waits for a writer, which would hang a prolog or a step's
+/// launch (Invariant 4); with O_NONBLOCK it returns at once, and the type check on the
+/// opened handle then refuses it (and character devices, sockets) before any read.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file ({})", file_kind(&kind)),
+        ));
+    }
+    Ok(file)
+}
+
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_socket() {
+        "a socket"
+    } else {
+        "not a file"
+    }
+}
+
+/// The text of an open file, at most `limit` bytes (more is an error, not a truncation).
+pub fn read_bounded_text(file: std::fs::File, limit: u64) -> std::io::Result<String> {
     let mut text = String::new();
-    file.take(limit + 1).read_to_string(&mut text).map_err(io)?;
+    file.take(limit + 1).read_to_string(&mut text)?;
     if text.len() as u64 > limit {
-        return Err(TrustError::Io {
-            what: what.to_string(),
-            path: path.display().to_string(),
-            message: format!("larger than {limit} bytes"),
-        });
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {limit} bytes"),
+        ));
     }
     Ok(text)
 }
@@ -413,6 +455,43 @@ pub fn locate(named: Option<&Path>, default: &Path) -> Option<PathBuf> {
     }
 }
 
+/// A FIFO for the tests of every reader that must not block on one.
+#[cfg(test)]
+pub(crate) mod fifo {
+    use std::path::Path;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Make a FIFO at `path`.
+    pub fn make(path: &Path) {
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            path,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o644),
+            0,
+        )
+        .expect("mkfifo");
+    }
+
+    /// Run `read` (which opens the FIFO at `path`) on its own thread and return what it
+    /// returned; a read still blocked after 5 s fails the test (after releasing the
+    /// thread by opening the FIFO for writing) instead of hanging it.
+    pub fn returns<T: Send + 'static>(path: &Path, read: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read());
+        });
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = std::fs::OpenOptions::new().write(true).open(path);
+                panic!("reading the FIFO {} blocked", path.display());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,6 +499,22 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse(text).expect_err(text).to_string()
+    }
+
+    #[test]
+    fn a_fifo_or_device_is_refused_without_blocking() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = tmp.path().join("config.toml");
+        fifo::make(&path);
+        let p = path.clone();
+        let err =
+            fifo::returns(&path, move || read_trusted(&p, 0)).expect_err("a FIFO is no config");
+        assert!(
+            err.to_string().contains("not a regular file (a FIFO)"),
+            "{err}"
+        );
+        let err = read_trusted(Path::new("/dev/zero"), 0).expect_err("a device is no config");
+        assert!(err.to_string().contains("a character device"), "{err}");
     }
 
     #[test]

@@ -1012,3 +1012,44 @@ fn oci_h200_host_nics_are_never_a_ranks_nic() {
         }
     }
 }
+
+/// UCX_NET_DEVICES comes from the profiles alone (the plugin adds nothing): every catalog
+/// node whose fabric is InfiniBand or RoCE gets it per rank as the rank's `dev:port`s,
+/// and EFA / TCPX nodes, where UCX has no verbs device to use, get none.
+#[test]
+fn every_rdma_profile_sets_ucx_net_devices_per_rank_and_no_other_does() {
+    use gpu_affinity::fabric::template::Scope;
+    let builtin = Profiles::builtin();
+    let mut checked = 0;
+    for name in gpu_affinity::catalog::names() {
+        let m = gpu_affinity::catalog::machine(name).unwrap();
+        let profile = builtin.get(&detect(&m).profile).unwrap();
+        let verbs = m
+            .fabric_nics()
+            .iter()
+            .any(|n| matches!(n.kind, NicKind::Infiniband | NicKind::Roce));
+        let ucx: Vec<_> = profile
+            .vars
+            .iter()
+            .filter(|v| v.key == "UCX_NET_DEVICES")
+            .collect();
+        if verbs {
+            assert_eq!(ucx.len(), 1, "{name}: profile {}", profile.name);
+            assert_eq!(ucx[0].scope, Scope::Rank, "{name}");
+            assert_eq!(ucx[0].value, "{rank_rdma_ports}", "{name}");
+            checked += 1;
+        } else {
+            assert!(ucx.is_empty(), "{name}: profile {} sets it", profile.name);
+        }
+    }
+    assert!(checked >= 4, "{checked} RDMA machines in the catalog");
+    for generic in ["generic-ib", "generic-roce"] {
+        let p = builtin.get(generic).unwrap();
+        assert!(
+            p.vars
+                .iter()
+                .any(|v| v.key == "UCX_NET_DEVICES" && v.value == "{rank_rdma_ports}"),
+            "{generic}"
+        );
+    }
+}

@@ -265,7 +265,9 @@ fn step_root(step: &StepPlan) -> &'static str {
 }
 
 /// The rank's environment: what the task needs to find its devices, then what the user
-/// reads to see the binding, then the fabric profile.
+/// reads to see the binding, then the fabric profile. UCX_NET_DEVICES, like every fabric
+/// variable, comes from the profile alone (the RDMA profiles set it per rank), so a
+/// user's own value wins and `gpu-affinity explain` shows exactly what is exported.
 pub fn rank_env(
     step: &StepPlan,
     rank: &RankPlan,
@@ -277,10 +279,6 @@ pub fn rank_env(
     let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
     set("CUDA_VISIBLE_DEVICES", cuda.join(","));
     set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
-    let ucx = ucx_devices(step, rank);
-    if !ucx.is_empty() {
-        set("UCX_NET_DEVICES", ucx.join(","));
-    }
     set("GPU_AFFINITY_MODE", step.resolved.choice.to_string());
     set(
         "GPU_AFFINITY_GPUS",
@@ -308,23 +306,6 @@ pub fn rank_env(
         .unwrap_or(usize::MAX);
     env.extend(fabric_env::rank_env(&step.fabric.env, index));
     env
-}
-
-/// UCX names RDMA devices as `device:port`; a NIC without RDMA by its netdev.
-fn ucx_devices(step: &StepPlan, rank: &RankPlan) -> Vec<String> {
-    let mut out = Vec::new();
-    for nic_ref in &rank.nics {
-        let nic = step.machine.nics.iter().find(|n| n.pci == nic_ref.pci);
-        match (nic.and_then(|n| n.rdma.as_deref()), nic) {
-            (Some(dev), Some(nic)) if !nic.ports.is_empty() => {
-                out.extend(nic.ports.iter().map(|p| format!("{dev}:{}", p.number)));
-            }
-            (Some(dev), _) => out.push(format!("{dev}:1")),
-            (None, Some(nic)) => out.extend(nic.netdev.clone()),
-            (None, None) => out.extend(nic_ref.name.clone()),
-        }
-    }
-    out
 }
 
 /// The verbose switch's line on the task's stderr.

@@ -114,10 +114,6 @@ impl Host for FakeHost {
             .insert(name.to_string(), value.to_string());
         Ok(())
     }
-    fn unsetenv(&self, name: &str) -> Result<(), HostError> {
-        self.env.borrow_mut().remove(name);
-        Ok(())
-    }
     fn register_option(&self, option: &OptionSpec) -> Result<(), HostError> {
         self.registered.borrow_mut().push(*option);
         Ok(())

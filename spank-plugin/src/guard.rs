@@ -32,33 +32,43 @@ pub const HOOK_ERROR: c_int = -1;
 thread_local! {
     /// Where the last panic on this thread happened, for the guard's log line.
     static PANIC_AT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+    /// How many guards are running on this thread (a hook can call back into a guarded
+    /// option callback).
+    static GUARDED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
-/// Replace the default panic output (a message and backtrace on the user's stderr) with
-/// a note of the location; the guard logs one line with it. There is no other Rust code
-/// in srun or slurmstepd whose panics this could hide.
-/// Tests keep the default hook so a failing assertion still prints its message.
-#[cfg(test)]
-fn quiet_panics() {}
-
-#[cfg(not(test))]
-fn quiet_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        std::panic::set_hook(Box::new(|info| {
+/// Chain a panic hook in front of the one installed now. The hook is process-wide, and
+/// slurmstepd may load other Rust SPANK plugins: their panics (and any outside our
+/// guard) go on to the hook that was there before, unchanged. Ours, inside a guard,
+/// only note where they happened instead of printing a message and backtrace on the
+/// user's stderr; the guard logs one line with it.
+fn chain_panic_hook() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if GUARDED.with(|g| g.get()) > 0 {
             let at = info
                 .location()
                 .map(|l| format!("{}:{}", l.file(), l.line()));
             PANIC_AT.with(|p| *p.borrow_mut() = at);
-        }));
-    });
+        } else {
+            previous(info);
+        }
+    }));
+}
+
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(chain_panic_hook);
 }
 
 /// Run one hook body; `Ok` -> 0, `Err` -> its line logged and -1, panic -> logged and -1.
 pub fn run(hook: &str, body: impl FnOnce() -> Result<(), Failure>) -> c_int {
     crate::logger::install();
     quiet_panics();
-    match catch_unwind(AssertUnwindSafe(body)) {
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let result = catch_unwind(AssertUnwindSafe(body));
+    GUARDED.with(|g| g.set(g.get().saturating_sub(1)));
+    match result {
         Ok(Ok(())) => 0,
         Ok(Err(failure)) => {
             log::error!("{failure}");
@@ -92,6 +102,38 @@ fn panic_text(payload: &(dyn Any + Send)) -> String {
 mod tests {
     use super::*;
     use crate::logger::{SlurmLevel, take};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[test]
+    fn panics_outside_the_guard_still_reach_the_hook_that_was_there() {
+        static OUTSIDE: AtomicU32 = AtomicU32::new(0);
+        static INSIDE: AtomicU32 = AtomicU32::new(0);
+        quiet_panics();
+        let before = std::panic::take_hook();
+        // Another plugin's hook (it counts only this test's own panics).
+        std::panic::set_hook(Box::new(|info| match panic_text(info.payload()).as_str() {
+            "another plugin's panic" => {
+                OUTSIDE.fetch_add(1, Ordering::SeqCst);
+            }
+            "our panic" => {
+                INSIDE.fetch_add(1, Ordering::SeqCst);
+            }
+            _ => {}
+        }));
+        chain_panic_hook();
+        let outside = std::thread::spawn(|| panic!("another plugin's panic")).join();
+        let inside = std::thread::spawn(|| run("init", || panic!("our panic"))).join();
+        let _ = std::panic::take_hook();
+        std::panic::set_hook(before);
+        assert!(outside.is_err());
+        assert_eq!(inside.ok(), Some(HOOK_ERROR));
+        assert_eq!(
+            OUTSIDE.load(Ordering::SeqCst),
+            1,
+            "the previous hook saw it"
+        );
+        assert_eq!(INSIDE.load(Ordering::SeqCst), 0, "ours stayed quiet");
+    }
 
     #[test]
     fn ok_error_and_panic_map_to_return_values() {

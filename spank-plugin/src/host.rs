@@ -70,9 +70,6 @@ pub trait Host {
     /// A variable of the job's environment (remote context); `None` when unset.
     fn getenv(&self, name: &str) -> Result<Option<String>, HostError>;
     fn setenv(&self, name: &str, value: &str) -> Result<(), HostError>;
-    /// Part of the wrapper for completeness; no hook needs to remove a variable yet.
-    #[allow(dead_code)]
-    fn unsetenv(&self, name: &str) -> Result<(), HostError>;
     fn register_option(&self, option: &OptionSpec) -> Result<(), HostError>;
     /// A variable of the calling process's own environment (srun, sbatch): the user's
     /// shell environment there, so only the user's own mode choice is read from it.

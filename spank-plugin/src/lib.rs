@@ -22,9 +22,8 @@
 //!
 //! | variable | value |
 //! |---|---|
-//! | `CUDA_VISIBLE_DEVICES` | the rank's GPUs, in the step's own convention (global ids, or local ids under device confinement) |
+//! | `CUDA_VISIBLE_DEVICES` | the rank's GPUs, in the step's own convention (global ids, or local ids under device confinement); on a node whose /dev/nvidiaN minors do not rise with PCI address, their positions in PCI_BUS_ID order instead, so CUDA opens the planned GPU |
 //! | `CUDA_DEVICE_ORDER` | `PCI_BUS_ID` |
-//! | `UCX_NET_DEVICES` | the rank's NICs as `mlx5_0:1,...` (only when it has NICs) |
 //! | `GPU_AFFINITY_MODE` | `strict` or `prefer` |
 //! | `GPU_AFFINITY_GPUS` | PCI addresses of the rank's GPUs |
 //! | `GPU_AFFINITY_NICS` | RDMA (or netdev) names of the rank's NICs |
@@ -32,7 +31,8 @@
 //! | `GPU_AFFINITY_MEMS` | NUMA nodes the memory policy was applied to (`strict`: bind, `prefer`: preferred) |
 //!
 //! plus the vendor fabric environment of the node's profile (NCCL_IB_HCA, NCCL_TOPO_FILE,
-//! FI_*, ...; node-wide values identical on every rank, and the rank's own), computed by
+//! FI_*, ...; node-wide values identical on every rank, and the rank's own, such as
+//! `UCX_NET_DEVICES` = the rank's NICs as `mlx5_0:1,...` on InfiniBand and RoCE nodes), computed by
 //! `gpu_affinity::fabric::step_fabric` exactly as `gpu-affinity explain` shows it. A
 //! variable already in the user's environment is left alone unless the admin forces it.
 //!

@@ -24,6 +24,7 @@ pub fn step_dir(run_dir: &Path, job_id: u32, step_id: u32) -> PathBuf {
 
 /// Create `dir` (a child of `run_dir`) and write `name` in it; returns the file's path.
 /// `owner` is the uid these must belong to (root; tests use their own).
+#[cfg(test)]
 pub fn write_step_file(
     run_dir: &Path,
     dir: &Path,
@@ -31,6 +32,13 @@ pub fn write_step_file(
     contents: &str,
     owner: u32,
 ) -> Result<PathBuf, String> {
+    prepare_step_dir(run_dir, dir, owner)?;
+    write_in_step_dir(dir, name, contents, owner)
+}
+
+/// Create the step directory `dir` (a child of `run_dir`), or accept a stale one of ours.
+/// Once this succeeds the directory is the step's to remove, whatever happens next.
+pub fn prepare_step_dir(run_dir: &Path, dir: &Path, owner: u32) -> Result<(), String> {
     if dir.parent() != Some(run_dir) {
         return Err(format!(
             "{} is not directly under run_dir {}",
@@ -39,7 +47,16 @@ pub fn write_step_file(
         ));
     }
     ensure_dir(run_dir, "run_dir", owner)?;
-    ensure_dir(dir, "step directory", owner)?;
+    ensure_dir(dir, "step directory", owner)
+}
+
+/// Write `name` in a directory [`prepare_step_dir`] accepted; returns the file's path.
+pub fn write_in_step_dir(
+    dir: &Path,
+    name: &str,
+    contents: &str,
+    owner: u32,
+) -> Result<PathBuf, String> {
     let path = dir.join(name);
     let mut file = match create_file(&path) {
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {

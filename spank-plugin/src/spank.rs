@@ -149,13 +149,6 @@ impl Host for SpankHost {
         self.check("spank_setenv", rc)
     }
 
-    fn unsetenv(&self, name: &str) -> Result<(), HostError> {
-        let var = c_string("spank_unsetenv", name)?;
-        // SAFETY: valid C string for the call.
-        let rc = unsafe { ffi::spank_unsetenv(self.sp, var.as_ptr()) };
-        self.check("spank_unsetenv", rc)
-    }
-
     fn register_option(&self, option: &OptionSpec) -> Result<(), HostError> {
         let call = "spank_option_register";
         let name = c_string(call, option.name)?;

@@ -30,7 +30,8 @@ pub struct Plugin {
     settings: OnceLock<Settings>,
     option: AtomicU32,
     step: OnceLock<StepOutcome>,
-    /// task_post_fork's attempt at the step directory: `Some(dir)` written, `None` failed.
+    /// task_post_fork's attempt at the step directory: `Some(dir)` once it exists (exit
+    /// removes it, written or not), `None` when it could not be made. Set once.
     step_dir: OnceLock<Option<PathBuf>>,
 }
 
@@ -103,13 +104,14 @@ impl Plugin {
         self.step_dir.get().is_some()
     }
 
-    /// The step directory written for this step (exit removes it).
+    /// The step directory made for this step (exit removes it).
     pub fn step_dir(&self) -> Option<&Path> {
         self.step_dir.get().and_then(|d| d.as_deref())
     }
 
-    pub fn set_step_dir(&self, written: Option<PathBuf>) {
-        let _ = self.step_dir.set(written);
+    /// Only the first call counts: a directory recorded stays recorded.
+    pub fn set_step_dir(&self, made: Option<PathBuf>) {
+        let _ = self.step_dir.set(made);
     }
 }
 

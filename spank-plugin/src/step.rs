@@ -1,9 +1,8 @@
 //! The step's plan, computed once per step on each node (remote `user_init`).
 //!
 //! Inputs: the node's topology (from `sysfs_root`, root's choice), the step's GPUs from
-//! the job environment (`SLURM_STEP_GPUS`, else `CUDA_VISIBLE_DEVICES`: global ids =
-//! /dev/nvidiaN minor numbers), the step's cores (`S_STEP_ALLOC_CORES`) and the local
-//! task count. The solver turns them into one binding per local rank.
+//! the job environment (`SLURM_STEP_GPUS` only: global ids = /dev/nvidiaN minor numbers),
+//! the step's cores (`S_STEP_ALLOC_CORES`) and the local task count. The solver turns them into one binding per local rank.
 
 use std::path::Path;
 
@@ -83,6 +82,15 @@ pub struct StepGpus {
 }
 
 /// Read the step's GPUs from the job environment; `None` for a step without GPUs.
+///
+/// Only `SLURM_STEP_GPUS` says which GPUs Slurm gave the step (gres/gpu sets it for every
+/// step that has GPUs; measured on 22.05, `srun --gres=gpu:2` gives `0,1`). Alone,
+/// `CUDA_VISIBLE_DEVICES` proves nothing: srun propagates the user's own environment, and
+/// where Slurm does not clear an inherited value (22.05's gres/gpu clears it on nodes
+/// with gpu GRES, before user_init) it would turn a CPU step into a "GPU step" that
+/// `default=strict` would refuse; under device confinement its ids are local ones that
+/// no /dev/nvidiaN minor matches. It is read only for the id convention of a step that
+/// has `SLURM_STEP_GPUS`.
 pub fn step_gpus(host: &dyn Host) -> Result<Option<StepGpus>, String> {
     let env = |name: &str| -> Result<Option<String>, String> {
         Ok(host
@@ -91,29 +99,47 @@ pub fn step_gpus(host: &dyn Host) -> Result<Option<StepGpus>, String> {
             .map(|v| v.trim().to_string())
             .filter(|v| !v.is_empty() && v != "NoDevFiles"))
     };
-    let step = env("SLURM_STEP_GPUS")?;
-    let cvd = env("CUDA_VISIBLE_DEVICES")?;
-    let cvd_list: Option<Vec<String>> = cvd
-        .as_deref()
-        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
-    match (step, cvd_list) {
-        (Some(step), cvd) => {
-            let global = parse_ids(&step).map_err(|e| format!("SLURM_STEP_GPUS='{step}': {e}"))?;
-            let cuda = match cvd {
-                Some(list) if list.len() == global.len() => list,
-                _ => global.iter().map(u32::to_string).collect(),
-            };
-            Ok(Some(StepGpus { global, cuda }))
+    let Some(step) = env("SLURM_STEP_GPUS")? else {
+        return Ok(None);
+    };
+    let global = parse_ids(&step).map_err(|e| format!("SLURM_STEP_GPUS='{step}': {e}"))?;
+    let cuda = match env("CUDA_VISIBLE_DEVICES")? {
+        Some(cvd) => {
+            let list: Vec<String> = cvd.split(',').map(|s| s.trim().to_string()).collect();
+            if list.len() == global.len() {
+                list
+            } else {
+                global.iter().map(u32::to_string).collect()
+            }
         }
-        (None, Some(list)) => {
-            let joined = list.join(",");
-            let global = parse_ids(&joined).map_err(|e| {
-                format!("CUDA_VISIBLE_DEVICES='{joined}': {e} (only numeric GPU ids can be mapped)")
-            })?;
-            Ok(Some(StepGpus { global, cuda: list }))
-        }
-        (None, None) => Ok(None),
+        None => global.iter().map(u32::to_string).collect(),
+    };
+    Ok(Some(StepGpus { global, cuda }))
+}
+
+/// `SLURM_GPUS_PER_TASK` (`--gpus-per-task=[type:]N`, a comma list of them for several
+/// types) -> GPUs per task. Slurm passes the option's own text, so a typed request reads
+/// `h100:2`; the count is what follows the last `:`. Err: the warning line naming the
+/// value (the step is then planned from its GPU and task counts).
+pub fn gpus_per_task(value: &str) -> Result<Option<u32>, String> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Ok(None);
     }
+    let mut total: u32 = 0;
+    for part in value.split(',') {
+        let count = part.rsplit_once(':').map_or(part, |(_, n)| n).trim();
+        match count.parse::<u32>() {
+            Ok(n) => total = total.saturating_add(n),
+            Err(_) => {
+                return Err(format!(
+                    "gpu-affinity: warning: SLURM_GPUS_PER_TASK='{value}' is not [type:]count; \
+                     GPUs are shared out by the step's GPU and task counts"
+                ));
+            }
+        }
+    }
+    Ok((total > 0).then_some(total))
 }
 
 /// "0,1,4-6" -> [0, 1, 4, 5, 6], order kept.
@@ -161,25 +187,137 @@ pub fn map_gpus(machine: &Machine, global: &[u32]) -> Result<Vec<PciAddr>, Strin
         .collect()
 }
 
-/// Slurm's core list -> CPU ids. Slurm numbers cores; with a known core list each core
-/// brings all its hardware threads, otherwise core ids are CPU ids. CPUs the machine
-/// does not have are dropped; an empty result means "unknown" and the caller uses the
-/// whole machine.
+/// The ids the ranks' CUDA_VISIBLE_DEVICES give the step's GPUs (`gpus`, in Slurm's order,
+/// with `step.cuda` the step's own ids for them).
+///
+/// The plugin sets CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA reads an index as a position in
+/// PCI address order among the GPUs it can see: all of the node's, or under device
+/// confinement (local ids) the step's own. Slurm's ids count /dev/nvidiaN minors (or the
+/// step's GPUs in that order), which name the same GPUs only while minors rise with PCI
+/// address, as the NVIDIA driver normally numbers them. Where they do not, Slurm's id
+/// would open another GPU than the plan's, so the ids are translated to PCI positions and
+/// the note says so; otherwise Slurm's own ids are kept. Non-numeric ids (GPU UUIDs) do
+/// not depend on any order and are kept.
+pub fn cuda_ids(
+    machine: &Machine,
+    gpus: &[PciAddr],
+    step: &StepGpus,
+) -> (Vec<String>, Option<String>) {
+    let confined = step
+        .cuda
+        .iter()
+        .zip(&step.global)
+        .any(|(c, g)| *c != g.to_string());
+    let mut visible: Vec<PciAddr> = if confined {
+        gpus.to_vec()
+    } else {
+        machine.gpus.iter().map(|g| g.pci).collect()
+    };
+    visible.sort();
+    let positions: Option<Vec<String>> = gpus
+        .iter()
+        .map(|g| visible.iter().position(|v| v == g).map(|p| p.to_string()))
+        .collect();
+    let numeric = step.cuda.iter().all(|c| c.parse::<u32>().is_ok());
+    match positions {
+        Some(positions) if numeric && positions != step.cuda => {
+            let note = format!(
+                "gpu-affinity: this node's GPU minor numbers do not rise with PCI address; CUDA_VISIBLE_DEVICES {} becomes {} (positions in PCI_BUS_ID order{})",
+                step.cuda.join(","),
+                positions.join(","),
+                if confined {
+                    " among the step's GPUs"
+                } else {
+                    ""
+                }
+            );
+            (positions, Some(note))
+        }
+        _ => (step.cuda.clone(), None),
+    }
+}
+
+/// Slurm's core list -> CPU ids. CPUs the machine does not have are dropped; an empty
+/// result means "unknown" and the caller uses the whole machine.
+///
+/// S_STEP_ALLOC_CORES numbers cores the way slurmd's block map does (xcpuinfo with
+/// hwloc): socket by socket, and within a socket in hwloc's logical order, which sorts
+/// cores by their CPUs. So core `i` is the i-th core of that order, never simply the core
+/// with the i-th smallest CPU id: on a node that numbers CPUs alternately across sockets
+/// (cpu0 on socket 0, cpu1 on socket 1, ...) Slurm's cores 0..n-1 are socket 0's, its
+/// even CPUs. The model has no package ids; a package is taken to be a NUMA node, which
+/// is exact when each socket is one NUMA node (every catalog GPU machine). Sub-NUMA
+/// clustering with alternating CPU numbering would break that, which is why a live step
+/// also checks the result against slurmstepd's own CPU mask ([`reconcile_cpus`]).
+/// Without a core list each CPU counts as its own core.
 pub fn step_cpus(machine: &Machine, alloc_cores: &str) -> CpuSet {
     let Ok(cores) = CpuSet::parse_list(alloc_cores.trim()) else {
         return CpuSet::new();
     };
-    let all = machine.cpus();
-    if machine.cores.is_empty() {
-        return cores.intersection(&all);
-    }
-    let mut ordered: Vec<&CpuSet> = machine.cores.iter().collect();
-    ordered.sort_by_key(|c| c.first());
+    let order = slurm_core_order(machine);
     cores
         .iter()
-        .filter_map(|i| ordered.get(i as usize).copied())
+        .filter_map(|i| order.get(i as usize))
         .fold(CpuSet::new(), |acc, c| acc.union(c))
-        .intersection(&all)
+        .intersection(&machine.cpus())
+}
+
+/// The machine's cores in Slurm's numbering: by package (here: NUMA node, in the order
+/// of their first CPU, as hwloc orders packages), then by first CPU within it.
+pub fn slurm_core_order(machine: &Machine) -> Vec<CpuSet> {
+    let cores: Vec<CpuSet> = if machine.cores.is_empty() {
+        machine
+            .cpus()
+            .iter()
+            .map(|c| [c].into_iter().collect())
+            .collect()
+    } else {
+        machine.cores.clone()
+    };
+    let mut packages: Vec<&CpuSet> = machine
+        .numa_nodes
+        .iter()
+        .map(|n| &n.cpus)
+        .filter(|c| !c.is_empty())
+        .collect();
+    packages.sort_by_key(|c| c.first());
+    let package_of = |core: &CpuSet| {
+        core.first()
+            .and_then(|cpu| packages.iter().position(|p| p.contains(cpu)))
+            .unwrap_or(usize::MAX)
+    };
+    let mut keyed: Vec<((usize, Option<u32>), CpuSet)> = cores
+        .into_iter()
+        .map(|c| ((package_of(&c), c.first()), c))
+        .collect();
+    keyed.sort_by_key(|(k, _)| *k);
+    keyed.into_iter().map(|(_, c)| c).collect()
+}
+
+/// The CPUs to plan over: `mapped` (Slurm's cores through the machine) checked against
+/// `stepd`, the CPU mask slurmstepd itself runs under (read in user_init, live topology
+/// only). With task/cgroup's ConstrainCores the step's slurmstepd sits in the step's
+/// cpuset, so its mask is the kernel's own word on the step's CPUs; with task/affinity
+/// alone it is the whole node and says nothing. When the mask confines and the mapped
+/// CPUs do not fit inside it, the mapping is wrong for this node (see [`step_cpus`]):
+/// the mask wins, and the note says so. An empty `mapped` (unknown) takes the mask too.
+pub fn reconcile_cpus(
+    mapped: CpuSet,
+    stepd: Option<&CpuSet>,
+    all: &CpuSet,
+) -> (CpuSet, Option<String>) {
+    let Some(mask) = stepd.map(|m| m.intersection(all)) else {
+        return (mapped, None);
+    };
+    if mask.is_empty() || mask == *all || (!mapped.is_empty() && mapped.is_subset(&mask)) {
+        return (mapped, None);
+    }
+    let note = (!mapped.is_empty()).then(|| {
+        format!(
+            "gpu-affinity: the step's cores map to CPUs {mapped}, outside slurmstepd's own CPU mask {mask}; planning over the mask"
+        )
+    });
+    (mask, note)
 }
 
 /// Everything a plan needs from Slurm, gathered before solving.
@@ -189,6 +327,8 @@ pub struct StepFacts {
     pub alloc_cores: Option<String>,
     pub tasks: u32,
     pub gpus_per_task: Option<u32>,
+    /// slurmstepd's own CPU mask (live topology only; see [`reconcile_cpus`]).
+    pub stepd_cpus: Option<CpuSet>,
     pub live: bool,
     pub job_id: u32,
     pub step_id: u32,
@@ -220,11 +360,15 @@ pub fn plan_step(
         Ok(g) => g,
         Err(reason) => return unplannable(facts.resolved, reason),
     };
-    let mut cpus = facts
+    let mapped = facts
         .alloc_cores
         .as_deref()
         .map(|c| step_cpus(&machine, c))
         .unwrap_or_default();
+    let (mut cpus, note) = reconcile_cpus(mapped, facts.stepd_cpus.as_ref(), &machine.cpus());
+    if let Some(note) = note {
+        log::info!("{note}");
+    }
     if cpus.is_empty() {
         log::debug!(
             "gpu-affinity: step cores '{}' name no CPU of this node's topology; planning over all {} CPUs",
@@ -253,7 +397,11 @@ pub fn plan_step(
         existing_env,
     );
     step_fabric.warnings.splice(0..0, fabric.warnings);
-    let cuda_ids = gpus.into_iter().zip(facts.gpus.cuda).collect();
+    let (cuda, note) = cuda_ids(&machine, &gpus, &facts.gpus);
+    if let Some(note) = note {
+        log::info!("{note}");
+    }
+    let cuda_ids = gpus.into_iter().zip(cuda).collect();
     StepOutcome::Planned(Box::new(StepPlan {
         resolved: facts.resolved,
         plan,

@@ -24,29 +24,32 @@ pub fn task_post_fork(plugin: &Plugin) -> Result<(), Failure> {
         return Ok(());
     }
     let settings = plugin.settings();
-    let written = run_dir::write_step_file(
-        &settings.run_dir,
-        &topology.dir,
-        run_dir::TOPOLOGY_FILE,
-        &topology.xml,
-        settings.owner,
-    );
+    // The directory is recorded for exit as soon as it exists (and is ours), so a failed
+    // write cannot leave it behind.
+    let written = run_dir::prepare_step_dir(&settings.run_dir, &topology.dir, settings.owner)
+        .inspect(|()| plugin.set_step_dir(Some(topology.dir.clone())))
+        .and_then(|()| {
+            run_dir::write_in_step_dir(
+                &topology.dir,
+                run_dir::TOPOLOGY_FILE,
+                &topology.xml,
+                settings.owner,
+            )
+        });
     match written {
-        Ok(path) => {
-            log::debug!(
-                "gpu-affinity: step {}.{}: NCCL topology written to {}",
-                step.job_id,
-                step.step_id,
-                path.display()
-            );
-            plugin.set_step_dir(Some(topology.dir.clone()));
-        }
+        Ok(path) => log::debug!(
+            "gpu-affinity: step {}.{}: NCCL topology written to {}",
+            step.job_id,
+            step.step_id,
+            path.display()
+        ),
         Err(e) => {
             log::error!(
                 "gpu-affinity: step {}.{}: cannot write the NCCL topology file: {e}",
                 step.job_id,
                 step.step_id
             );
+            // Tried and failed before the directory existed: nothing for exit to remove.
             plugin.set_step_dir(None);
         }
     }

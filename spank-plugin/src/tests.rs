@@ -437,18 +437,165 @@ fn step_gpus_keep_slurms_convention() {
         (g.global, g.cuda),
         (vec![2, 3], vec!["0".to_string(), "1".to_string()])
     );
-    let only_cvd = gpu_host(&[("CUDA_VISIBLE_DEVICES", "1,3")]);
+    // CUDA_VISIBLE_DEVICES alone (inherited from the user's shell) is no GPU step, and
+    // its form does not matter then.
+    for cvd in ["1,3", "GPU-5a3c", "0"] {
+        let inherited = gpu_host(&[("CUDA_VISIBLE_DEVICES", cvd)]);
+        assert_eq!(step::step_gpus(&inherited).expect("ok"), None, "{cvd}");
+    }
+    // A CUDA_VISIBLE_DEVICES that does not fit the step's GPUs: Slurm's global ids.
+    let odd = gpu_host(&[
+        ("SLURM_STEP_GPUS", "2,3"),
+        ("CUDA_VISIBLE_DEVICES", "GPU-5a3c"),
+    ]);
     assert_eq!(
-        step::step_gpus(&only_cvd).expect("ok").map(|g| g.global),
-        Some(vec![1, 3])
+        step::step_gpus(&odd).expect("ok").map(|g| g.cuda),
+        Some(vec!["2".to_string(), "3".to_string()])
     );
-    let uuids = gpu_host(&[("CUDA_VISIBLE_DEVICES", "GPU-5a3c")]);
+    let bad = gpu_host(&[("SLURM_STEP_GPUS", "two")]);
     assert!(
-        step::step_gpus(&uuids)
-            .expect_err("uuid")
-            .contains("GPU-5a3c")
+        step::step_gpus(&bad)
+            .expect_err("bad")
+            .contains("SLURM_STEP_GPUS='two'")
     );
     assert_eq!(step::step_gpus(&gpu_host(&[])).expect("ok"), None);
+}
+
+#[test]
+fn an_inherited_cuda_visible_devices_leaves_a_cpu_step_alone_under_strict() {
+    let plugin = remote_plugin(&["default=strict", "enforce=strict"]);
+    let host = gpu_host(&[("CUDA_VISIBLE_DEVICES", "0,1")]);
+    let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    assert!(
+        matches!(plugin.step(), Some(StepOutcome::LeftAlone(_))),
+        "{:?}",
+        plugin.step()
+    );
+    let t = host.task(0, 0);
+    dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("the CPU task runs");
+    assert_eq!(t.var("CUDA_VISIBLE_DEVICES").as_deref(), Some("0,1"));
+    assert_eq!(t.var("GPU_AFFINITY_MODE"), None);
+}
+
+#[test]
+fn gpus_per_task_reads_plain_and_typed_counts() {
+    assert_eq!(step::gpus_per_task("2"), Ok(Some(2)));
+    assert_eq!(step::gpus_per_task("h100:2"), Ok(Some(2)));
+    assert_eq!(
+        step::gpus_per_task(" nvidia_h100_80gb_hbm3:4 "),
+        Ok(Some(4))
+    );
+    assert_eq!(step::gpus_per_task("a100:1,h100:1"), Ok(Some(2)));
+    assert_eq!(step::gpus_per_task("0"), Ok(None));
+    assert_eq!(step::gpus_per_task(""), Ok(None));
+    for bad in ["h100", "h100:", "two", "h100:x"] {
+        let w = step::gpus_per_task(bad).expect_err(bad);
+        assert!(w.contains(&format!("SLURM_GPUS_PER_TASK='{bad}'")), "{w}");
+    }
+}
+
+#[test]
+fn a_typed_gpus_per_task_shapes_the_plan_and_a_malformed_one_is_warned_about() {
+    // Four GPUs, two tasks, h100:1 per task: one GPU each (an even split would give two).
+    let plugin = remote_plugin(&["default=prefer"]);
+    let host = gpu_host(&[
+        ("SLURM_STEP_GPUS", "0,1,2,3"),
+        ("SLURM_GPUS_PER_TASK", "h100:1"),
+    ]);
+    let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    let Some(StepOutcome::Planned(step)) = plugin.step() else {
+        panic!("not planned: {:?}", plugin.step());
+    };
+    let per_rank: Vec<usize> = step.plan.ranks.iter().map(|r| r.gpus.len()).collect();
+    assert_eq!(per_rank, vec![1, 1]);
+
+    let plugin = remote_plugin(&["default=prefer"]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "0,1"), ("SLURM_GPUS_PER_TASK", "h100")]);
+    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &os, &[]).expect("runs");
+    assert!(
+        os.stderr
+            .borrow()
+            .iter()
+            .any(|l| l.contains("SLURM_GPUS_PER_TASK='h100'")),
+        "{:?}",
+        os.stderr.borrow()
+    );
+}
+
+/// The test machine with /dev/nvidiaN minors that do not follow PCI order: minors 1, 0,
+/// 3, 2 for GPUs 0001, 0002, 0003, 0008.
+fn swapped_minors() -> Machine {
+    let mut m = machine();
+    for (g, minor) in m.gpus.iter_mut().zip([1, 0, 3, 2]) {
+        g.minor = Some(minor);
+    }
+    m
+}
+
+#[test]
+fn cuda_ids_follow_pci_order_where_minors_do_not() {
+    let gpus = |global: &[u32], cuda: &[&str]| step::StepGpus {
+        global: global.to_vec(),
+        cuda: cuda.iter().map(|s| s.to_string()).collect(),
+    };
+    let m = swapped_minors();
+    // Global ids: GPU 0 is 0002:00:00.0, the second GPU in PCI order.
+    let mapped = step::map_gpus(&m, &[0, 1]).expect("mapped");
+    assert_eq!(mapped, vec![pci("0002:00:00.0"), pci("0001:00:00.0")]);
+    let (ids, note) = step::cuda_ids(&m, &mapped, &gpus(&[0, 1], &["0", "1"]));
+    assert_eq!(ids, ["1", "0"]);
+    assert!(note.expect("note").contains("do not rise with PCI address"));
+    // Confined (local ids): positions among the step's own GPUs.
+    let mapped = step::map_gpus(&m, &[2, 3]).expect("mapped");
+    assert_eq!(mapped, vec![pci("0008:00:00.0"), pci("0003:00:00.0")]);
+    let (ids, _) = step::cuda_ids(&m, &mapped, &gpus(&[2, 3], &["0", "1"]));
+    assert_eq!(ids, ["1", "0"]);
+    // Minors in PCI order: Slurm's ids stand, global or local.
+    let m = machine();
+    let mapped = step::map_gpus(&m, &[2, 3]).expect("mapped");
+    for cuda in [["2", "3"], ["0", "1"]] {
+        assert_eq!(
+            step::cuda_ids(&m, &mapped, &gpus(&[2, 3], &cuda)),
+            (cuda.map(String::from).to_vec(), None)
+        );
+    }
+    // UUIDs name a GPU whatever the order.
+    let m = swapped_minors();
+    let mapped = step::map_gpus(&m, &[0]).expect("mapped");
+    assert_eq!(
+        step::cuda_ids(&m, &mapped, &gpus(&[0], &["GPU-5a3c"])).0,
+        ["GPU-5a3c"]
+    );
+}
+
+#[test]
+fn each_rank_opens_its_planned_gpu_when_minors_are_out_of_pci_order() {
+    // prefer: both GPUs sit on NUMA node 0, which has one CPU for the two ranks.
+    let plugin = remote_plugin(&["default=prefer", "sysfs_root=/srv/fx"]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "0,1"), ("CUDA_VISIBLE_DEVICES", "0,1")]);
+    let os = FakeOs::new(Ok(swapped_minors()), "0-1", &[0, 1]);
+    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    for local in 0..2 {
+        let t = host.task(local, local);
+        dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
+        let gpu: PciAddr = t
+            .var("GPU_AFFINITY_GPUS")
+            .expect("gpu")
+            .parse()
+            .expect("one");
+        // Under PCI_BUS_ID, CUDA index i is the i-th GPU by PCI address.
+        let mut by_pci: Vec<PciAddr> = swapped_minors().gpus.iter().map(|g| g.pci).collect();
+        by_pci.sort();
+        let cuda: usize = t
+            .var("CUDA_VISIBLE_DEVICES")
+            .expect("cvd")
+            .parse()
+            .expect("one");
+        assert_eq!(by_pci[cuda], gpu, "rank {local}");
+    }
 }
 
 #[test]
@@ -489,6 +636,100 @@ fn step_cores_become_cpus_of_the_machine() {
     assert_eq!(step::step_cpus(&m, "1"), cpus("1,3"));
 }
 
+/// Two sockets (one NUMA node each) numbering CPUs alternately: cpu0 on socket 0, cpu1
+/// on socket 1, ...; 4 cores per socket, hyperthread siblings 8 apart.
+fn alternating_machine() -> Machine {
+    Machine {
+        numa_nodes: vec![
+            NumaNode {
+                id: 0,
+                cpus: cpus("0,2,4,6,8,10,12,14"),
+            },
+            NumaNode {
+                id: 1,
+                cpus: cpus("1,3,5,7,9,11,13,15"),
+            },
+        ],
+        cores: (0..8).map(|c| cpus(&format!("{c},{}", c + 8))).collect(),
+        ..Machine::default()
+    }
+}
+
+#[test]
+fn step_cores_follow_slurms_socket_major_numbering_on_alternating_cpus() {
+    let m = alternating_machine();
+    // Slurm's cores 0-3 are socket 0's: CPUs 0,2,4,6 and their siblings.
+    assert_eq!(step::step_cpus(&m, "0-3"), cpus("0,2,4,6,8,10,12,14"));
+    assert_eq!(step::step_cpus(&m, "4-7"), cpus("1,3,5,7,9,11,13,15"));
+    assert_eq!(step::step_cpus(&m, "1,5"), cpus("2,10,3,11"));
+    let order: Vec<String> = step::slurm_core_order(&m)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        order,
+        ["0,8", "2,10", "4,12", "6,14", "1,9", "3,11", "5,13", "7,15"]
+    );
+    // Without a core list, every CPU is a core, still socket by socket.
+    let mut flat = m.clone();
+    flat.cores.clear();
+    assert_eq!(step::step_cpus(&flat, "0-7"), cpus("0,2,4,6,8,10,12,14"));
+    // On a contiguously numbered node the order is the plain one.
+    let mut plain = machine();
+    plain.numa_nodes[0].cpus = cpus("0-3");
+    plain.numa_nodes[1].cpus = cpus("4-7");
+    assert_eq!(step::step_cpus(&plain, "2-5"), cpus("2-5"));
+}
+
+#[test]
+fn slurmstepds_own_mask_wins_when_the_cores_do_not_fit_inside_it() {
+    let all = cpus("0-15");
+    let mapped = cpus("0-3");
+    // No mask (replayed topology) or a mask of the whole node: the mapping stands.
+    assert_eq!(
+        step::reconcile_cpus(mapped.clone(), None, &all),
+        (mapped.clone(), None)
+    );
+    assert_eq!(
+        step::reconcile_cpus(mapped.clone(), Some(&all), &all).0,
+        mapped
+    );
+    // A cgroup cpuset that holds the mapped CPUs (the job's, or the step's own).
+    assert_eq!(
+        step::reconcile_cpus(mapped.clone(), Some(&cpus("0-7")), &all).0,
+        mapped
+    );
+    // One that does not: the kernel's word wins, and the note says so.
+    let (got, note) = step::reconcile_cpus(mapped.clone(), Some(&cpus("0,2,4,6")), &all);
+    assert_eq!(got, cpus("0,2,4,6"));
+    assert!(
+        note.expect("note")
+            .contains("outside slurmstepd's own CPU mask 0,2,4,6")
+    );
+    // Unknown cores: the mask.
+    assert_eq!(
+        step::reconcile_cpus(CpuSet::new(), Some(&cpus("8-9")), &all).0,
+        cpus("8-9")
+    );
+}
+
+#[test]
+fn a_live_step_plans_inside_slurmstepds_cpu_mask() {
+    // sysfs_root=/ (live): slurmstepd runs confined to CPU 1, Slurm's core list says 0.
+    let plugin = remote_plugin(&["default=prefer"]);
+    assert!(plugin.settings().live());
+    let mut host = gpu_host(&[("SLURM_STEP_GPUS", "2,3")]);
+    host.alloc_cores = Some("0".into());
+    let os = FakeOs::new(Ok(machine()), "1", &[0, 1]);
+    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    let Some(StepOutcome::Planned(step)) = plugin.step() else {
+        panic!("not planned: {:?}", plugin.step());
+    };
+    for r in &step.plan.ranks {
+        assert_eq!(r.cpus, cpus("1"), "rank {}", r.rank);
+    }
+}
+
 // ---- task_init: applying a rank's plan ----------------------------------------------
 
 #[test]
@@ -507,7 +748,9 @@ fn each_rank_gets_its_env_in_the_steps_global_convention() {
             task_host.var("CUDA_DEVICE_ORDER").as_deref(),
             Some("PCI_BUS_ID")
         );
-        assert_eq!(task_host.var("UCX_NET_DEVICES"), Some(format!("{nic}:1")));
+        // The fabric variables (UCX_NET_DEVICES among them) come from the profile only;
+        // this step has none.
+        assert_eq!(task_host.var("UCX_NET_DEVICES"), None);
         assert_eq!(
             task_host.var("GPU_AFFINITY_MODE").as_deref(),
             Some("strict")
@@ -1067,8 +1310,22 @@ fn full_node_step(name: &str) {
             node.task(0).expect("rank 0").var("NCCL_IB_HCA").as_ref(),
             "{name}"
         );
+        // UCX_NET_DEVICES is the profile's per-rank value, exactly as explain shows it.
         let ucx = t.var("UCX_NET_DEVICES").expect("ucx");
         assert_eq!(ucx.split(',').count(), ports, "{name}: {ucx}");
+        let index = planned
+            .plan
+            .ranks
+            .iter()
+            .position(|r| r.rank == local)
+            .expect("rank in plan");
+        assert_eq!(
+            Some(&ucx),
+            planned.fabric.env.ranks[index]
+                .get("UCX_NET_DEVICES")
+                .map(|v| &v.value),
+            "{name}"
+        );
     }
     dispatch(plugin, Hook::Exit, &node.host, os, &[]).expect("exit");
 }
@@ -1084,6 +1341,37 @@ fn oci_bm_gpu_h100_8_full_node_binds_every_rank_near_its_gpu() {
 }
 
 // ---- the fabric environment: one facade with explain ---------------------------------
+
+#[test]
+fn a_users_ucx_net_devices_is_kept_on_every_rank() {
+    let node = NodeStep::new(AZURE, "strict", &[], &[("UCX_NET_DEVICES", "mlx5_ib7:1")]);
+    node.post_fork();
+    for local in 0..8 {
+        let t = node.task(local).expect("task_init");
+        assert_eq!(
+            t.var("UCX_NET_DEVICES").as_deref(),
+            Some("mlx5_ib7:1"),
+            "rank {local}"
+        );
+        assert!(t.var("GPU_AFFINITY_NICS").is_some());
+    }
+}
+
+#[test]
+fn aws_p5_ranks_get_no_ucx_net_devices() {
+    // EFA: the p5 profile leaves UCX to the user (no verbs device UCX could use).
+    let node = NodeStep::new("p5.48xlarge", "prefer", &[], &[]);
+    node.post_fork();
+    for local in 0..8 {
+        let t = node.task(local).expect("task_init");
+        assert_eq!(t.var("UCX_NET_DEVICES"), None, "rank {local}");
+        assert_eq!(t.var("FI_PROVIDER").as_deref(), Some("efa"), "rank {local}");
+        assert!(
+            !t.var("GPU_AFFINITY_NICS").unwrap_or_default().is_empty(),
+            "rank {local} has EFA NICs"
+        );
+    }
+}
 
 const AZURE: &str = "standard_nd96isr_h100_v5";
 
@@ -1351,6 +1639,34 @@ fn an_admin_profiles_dir_others_can_write_is_refused() {
 }
 
 #[test]
+fn a_step_directory_whose_file_cannot_be_written_is_still_removed_at_exit() {
+    use std::os::unix::fs::PermissionsExt;
+    let node = NodeStep::new(AZURE, "prefer", &[], &[]);
+    let topology = node.planned().fabric.topology.clone().expect("generated");
+    // A stale step directory of ours with something planted where the file goes: the
+    // directory is accepted, the write refused.
+    let run_dir = topology.dir.parent().expect("run_dir");
+    std::fs::create_dir(run_dir).expect("mkdir run_dir");
+    std::fs::create_dir(&topology.dir).expect("mkdir step dir");
+    for d in [run_dir, topology.dir.as_path()] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let target = node.run.path().join("target");
+    std::os::unix::fs::symlink(&target, &topology.file).expect("symlink");
+    logger::take();
+    node.post_fork();
+    assert!(
+        logger::take()
+            .iter()
+            .any(|(_, t)| t.contains("cannot write the NCCL topology file")),
+    );
+    assert!(topology.dir.is_dir());
+    dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
+    assert!(!topology.dir.exists(), "exit removes the step directory");
+    assert!(run_dir.is_dir() && !target.exists());
+}
+
+#[test]
 fn an_unwritable_topology_file_refuses_strict_and_is_left_unset_under_prefer() {
     for choice in ["strict", "prefer"] {
         let node = NodeStep::new(AZURE, choice, &[], &[]);
@@ -1388,5 +1704,36 @@ fn an_unwritable_topology_file_refuses_strict_and_is_left_unset_under_prefer() {
         }
         dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
         assert!(run_dir.is_symlink(), "exit removes only what it wrote");
+    }
+}
+
+#[test]
+fn build_rs_requires_every_slurm_function_the_wrapper_calls() {
+    let build = include_str!("../build.rs");
+    let list = build
+        .split_once("const REQUIRED_FUNCTIONS")
+        .and_then(|(_, rest)| rest.split_once("];"))
+        .map(|(list, _)| list)
+        .expect("REQUIRED_FUNCTIONS in build.rs");
+    let sources = [include_str!("spank.rs"), include_str!("logger.rs")].concat();
+    let mut called: Vec<&str> = sources
+        .split("ffi::")
+        .skip(1)
+        .filter_map(|rest| {
+            let name = rest
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .next()?;
+            let is_call = rest[name.len()..].starts_with('(');
+            (is_call && (name.starts_with("spank_") || name.starts_with("slurm_"))).then_some(name)
+        })
+        .collect();
+    called.sort_unstable();
+    called.dedup();
+    assert!(called.len() >= 8, "{called:?}");
+    for name in called {
+        assert!(
+            list.contains(&format!("\"{name}\"")),
+            "{name} is not in REQUIRED_FUNCTIONS"
+        );
     }
 }

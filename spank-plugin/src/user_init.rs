@@ -88,18 +88,27 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
             }
         }
     };
-    let gpus_per_task = host
-        .getenv("SLURM_GPUS_PER_TASK")
-        .ok()
-        .flatten()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|&n| n > 0);
+    let mut fabric = fabric;
+    let gpus_per_task = match host.getenv("SLURM_GPUS_PER_TASK").ok().flatten() {
+        None => None,
+        Some(value) => step::gpus_per_task(&value).unwrap_or_else(|warning| {
+            log::warn!("{warning}");
+            fabric.warnings.push(warning);
+            None
+        }),
+    };
     let facts = StepFacts {
         resolved,
         gpus,
         alloc_cores: host.step_alloc_cores().ok(),
         tasks,
         gpus_per_task,
+        // Only a live topology numbers CPUs as this kernel does.
+        stepd_cpus: if settings.live() {
+            os.cpu_affinity().ok()
+        } else {
+            None
+        },
         live: settings.live(),
         job_id: host.job_id().unwrap_or(0),
         step_id,

@@ -630,6 +630,37 @@ impl Cluster {
         self.path.join("lib/probe.sh")
     }
 
+    /// Wait until job `id` is RUNNING, polling squeue; bounded by the options' timeout
+    /// (the same bound as any client), not by a guess of how fast a slow machine starts a
+    /// job. A job that ends first, or a timeout, is an error with the daemons' log tails.
+    pub fn wait_running(&self, id: &str, opts: &ClientOptions) -> Result<()> {
+        let deadline = Instant::now() + opts.timeout;
+        loop {
+            let q = self.client(
+                &["squeue", "-h", "-j", id, "-o", "%T"],
+                &ClientOptions::bounded(10),
+            )?;
+            let state = q.stdout.trim().to_owned();
+            if state == "RUNNING" {
+                return Ok(());
+            }
+            if q.success() && (state.is_empty() || is_terminal(&state)) {
+                return Err(harness_err!(
+                    "job {id} ended before it ran (state {state:?}){}",
+                    self.log_tails()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(harness_err!(
+                    "job {id} was not running within {:?} (state {state:?}){}",
+                    opts.timeout,
+                    self.log_tails()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Submit `script` with `sbatch ARGS`, wait for the job to end (bounded by the
     /// options' timeout) and return its state, exit code and output.
     pub fn sbatch(&self, script: &str, args: &[&str], opts: &ClientOptions) -> Result<BatchJob> {

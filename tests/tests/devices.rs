@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::{ND_H100_V5, check_rank_on, machine, start};
 use gpu_affinity::model::Machine;
 use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, TaskPlugin};
@@ -29,23 +27,9 @@ fn hold_first_half(cluster: &Cluster) {
         .ok()
         .expect("hold job accepted");
     let id = held.stdout.trim().to_owned();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let q = cluster
-            .client(
-                &["squeue", "-h", "-j", &id, "-o", "%T"],
-                &ClientOptions::bounded(10),
-            )
-            .expect("squeue");
-        if q.stdout.trim() == "RUNNING" {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "hold job {id} never started: {q}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    cluster
+        .wait_running(&id, &ClientOptions::default())
+        .unwrap_or_else(|e| panic!("hold job {id}: {e}"));
 }
 
 fn check_second_half(m: &Machine, cluster: &Cluster, local_ids: bool) {

@@ -171,6 +171,35 @@ fn a_step_without_gpus_runs_untouched_in_strict_mode() {
             assert_eq!(t.cpus, "0-1", "{out}");
         }
     }
+    // A CUDA_VISIBLE_DEVICES in the user's shell travels with the step (srun propagates
+    // the environment). Measured on Slurm 22.05 with this node's gres/gpu: the step gets
+    // no SLURM_STEP_GPUS and the gres plugin clears the inherited value before the
+    // plugin's user_init, so neither slurmstepd nor the tasks see it. (On a node whose
+    // Slurm does not clear it, the plugin ignores it all the same: it trusts only
+    // SLURM_STEP_GPUS; unit test `an_inherited_cuda_visible_devices_...`.)
+    let opts = ClientOptions::default().env("CUDA_VISIBLE_DEVICES", "0,1");
+    let out = cluster
+        .probe(&["--gpu-affinity=strict", "-n2"], &opts)
+        .expect("run srun");
+    assert!(out.success(), "a CPU step must run: {out}");
+    for t in out.tasks().expect("probe").values() {
+        assert_eq!(t.env("SLURM_STEP_GPUS"), None, "{out}");
+        assert_eq!(
+            t.env("CUDA_VISIBLE_DEVICES"),
+            None,
+            "cleared by Slurm: {out}"
+        );
+        assert_untouched(t, &out);
+    }
+    // With --gres the step's GPUs come from SLURM_STEP_GPUS, which Slurm sets.
+    let out = cluster
+        .probe(&["--gpu-affinity=strict", "-n2", "--gres=gpu:2"], &opts)
+        .expect("run srun");
+    assert!(out.success(), "{out}");
+    for t in out.tasks().expect("probe").values() {
+        assert_eq!(t.env("SLURM_STEP_GPUS"), Some("0,1"), "{out}");
+        assert_eq!(t.env("GPU_AFFINITY_MODE"), Some("strict"), "{out}");
+    }
 }
 
 #[test]

@@ -583,10 +583,12 @@ pub fn load(files: &[(String, String)]) -> Result<Profiles, ProfileError> {
 /// owns the files: root-side callers use [`load_trusted`].
 pub fn read_profile_dir(dir: &Path) -> Result<Vec<(String, String)>, ProfileError> {
     read_dir_with(dir, &|path| {
-        std::fs::read_to_string(path).map_err(|e| ProfileError::Read {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
+        config::open_regular(path)
+            .and_then(|file| config::read_bounded_text(file, MAX_PROFILE_BYTES))
+            .map_err(|e| ProfileError::Read {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })
     })
 }
 
@@ -732,6 +734,31 @@ mod tests {
         assert_eq!(h100.description, "site");
         assert_eq!(h100.vars[0].value, "106");
         assert!(p.get("site-extra").is_some());
+    }
+
+    #[test]
+    fn a_fifo_named_like_a_profile_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("site.toml");
+        config::fifo::make(&fifo);
+        let d = dir.path().to_path_buf();
+        // Listed as a profile only when it is a file; read through the non-blocking opener
+        // either way, which refuses it.
+        let files = config::fifo::returns(&fifo, move || read_profile_dir(&d)).unwrap();
+        assert!(files.is_empty(), "{files:?}");
+        let err = config::fifo::returns(&fifo, {
+            let fifo = fifo.clone();
+            move || {
+                config::open_regular(&fifo)
+                    .and_then(|f| config::read_bounded_text(f, MAX_PROFILE_BYTES))
+            }
+        })
+        .expect_err("a FIFO");
+        assert!(err.to_string().contains("a FIFO"), "{err}");
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_PROFILE_BYTES as usize + 1]).unwrap();
+        let err = read_profile_dir(dir.path()).expect_err("too large");
+        assert!(err.to_string().contains("larger than"), "{err}");
     }
 
     #[test]

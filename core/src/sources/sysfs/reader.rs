@@ -109,14 +109,36 @@ fn open_dir(base: impl AsFd, path: &str) -> io::Result<OwnedFd> {
     )?)
 }
 
-/// Read a whole file opened relative to `base`; `Ok(None)` when it does not exist.
-fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    let fd = match rustix::fs::openat(base, path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
+/// Open a file below `base` for reading; `Ok(None)` when it does not exist.
+///
+/// O_NONBLOCK: a FIFO planted under a sysfs root (a fixture tree, a replayed dump) would
+/// otherwise block open(2) until a writer came, hanging the step's launch (Invariant 4).
+/// Then only a regular file is read: sysfs attributes and the procfs files discovery
+/// reads are regular files, so anything else (a FIFO, a character device such as
+/// /dev/zero) means the tree is not what it claims, and is an error naming the path.
+fn open_file_at(base: impl AsFd, path: &str) -> io::Result<Option<OwnedFd>> {
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = match rustix::fs::openat(base, path, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(e) => {
             let e = io::Error::from(e);
             return if is_absent(&e) { Ok(None) } else { Err(e) };
         }
+    };
+    let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
+    if kind != rustix::fs::FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("not a regular file ({kind:?})"),
+        ));
+    }
+    Ok(Some(fd))
+}
+
+/// Read a whole file opened relative to `base`; `Ok(None)` when it does not exist.
+fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    let Some(fd) = open_file_at(base, path)? else {
+        return Ok(None);
     };
     let mut file = std::fs::File::from(fd);
     // One read() answers a sysfs attribute or small procfs file in full, and a regular
@@ -141,12 +163,8 @@ fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>
 
 /// At most `max` bytes from the start of a file; `Ok(None)` when it does not exist.
 fn read_head_at(base: impl AsFd, path: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
-    let fd = match rustix::fs::openat(base, path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(e) => {
-            let e = io::Error::from(e);
-            return if is_absent(&e) { Ok(None) } else { Err(e) };
-        }
+    let Some(fd) = open_file_at(base, path)? else {
+        return Ok(None);
     };
     let mut file = std::fs::File::from(fd);
     let mut bytes = vec![0u8; max];
@@ -337,5 +355,57 @@ impl FsReader for RootDir {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::fifo;
+
+    #[test]
+    fn attributes_that_are_not_regular_files_are_errors_not_hangs() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("sys/devices/system/node/node0");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let cpulist = dir.join("cpulist");
+        fifo::make(&cpulist);
+        let root = tmp.path().to_path_buf();
+        let root_dir = RootDir::open(&root).expect("root");
+        let err = fifo::returns(&cpulist, move || {
+            root_dir.read("sys/devices/system/node/node0/cpulist", MAX_FILE_BYTES)
+        })
+        .expect_err("a FIFO");
+        let text = err.to_string();
+        assert!(
+            text.contains("node0/cpulist") && text.contains("not a regular file"),
+            "{text}"
+        );
+        // Every path that opens files: read_in, read_head and read_entries.
+        let root_dir = RootDir::open(&root).expect("root");
+        let err = fifo::returns(&cpulist, move || {
+            let a = root_dir
+                .read_in("sys/devices/system/node/node0", &["cpulist"], 64)
+                .map(|_| ());
+            let b = root_dir
+                .read_head("sys/devices/system/node/node0/cpulist", 64)
+                .map(|_| ());
+            let c = root_dir
+                .read_entries("sys/devices/system/node", &|_| true, &["cpulist"], 64)
+                .map(|_| ());
+            [a, b, c].into_iter().filter(Result::is_err).count()
+        });
+        assert_eq!(err, 3);
+        // Regular files and absent ones read as before.
+        std::fs::remove_file(&cpulist).expect("rm");
+        std::fs::write(&cpulist, "0-3\n").expect("write");
+        let root_dir = RootDir::open(&root).expect("root");
+        assert_eq!(
+            root_dir
+                .read("sys/devices/system/node/node0/cpulist", 64)
+                .expect("read"),
+            Some(b"0-3\n".to_vec())
+        );
+        assert_eq!(root_dir.read("sys/nothing", 64).expect("absent"), None);
     }
 }
