@@ -43,14 +43,6 @@ pub trait FsReader {
             .map(|n| self.read(&format!("{dir}/{n}"), limit))
             .collect()
     }
-    /// At most the first `max` bytes of a file, in one read where the file allows it
-    /// (PCI config space: the kernel reads the hardware for every byte asked for).
-    fn read_head(&self, path: &str, max: usize) -> Result<Option<Vec<u8>>, SysfsError> {
-        Ok(self.read(path, MAX_FILE_BYTES)?.map(|mut b| {
-            b.truncate(max);
-            b
-        }))
-    }
     /// The names in a directory, sorted; empty when it does not exist.
     fn list(&self, path: &str) -> Result<Vec<String>, SysfsError>;
     /// The entries of directory `dir` that `keep` accepts, in name order, each with the
@@ -158,25 +150,6 @@ fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>
         file.take(limit.saturating_sub(n as u64) + 1)
             .read_to_end(&mut bytes)?;
     }
-    Ok(Some(bytes))
-}
-
-/// At most `max` bytes from the start of a file; `Ok(None)` when it does not exist.
-fn read_head_at(base: impl AsFd, path: &str, max: usize) -> io::Result<Option<Vec<u8>>> {
-    let Some(fd) = open_file_at(base, path)? else {
-        return Ok(None);
-    };
-    let mut file = std::fs::File::from(fd);
-    let mut bytes = vec![0u8; max];
-    let mut n = 0;
-    // sysfs answers in one read; a regular file may take more, never past `max`.
-    while n < max {
-        match file.read(&mut bytes[n..])? {
-            0 => break,
-            got => n += got,
-        }
-    }
-    bytes.truncate(n);
     Ok(Some(bytes))
 }
 
@@ -297,10 +270,6 @@ impl FsReader for RootDir {
             .collect()
     }
 
-    fn read_head(&self, path: &str, max: usize) -> Result<Option<Vec<u8>>, SysfsError> {
-        read_head_at(&self.fd, path, max).map_err(|e| self.io_error(path, e))
-    }
-
     fn list(&self, path: &str) -> Result<Vec<String>, SysfsError> {
         let listed = open_listing(&self.fd, path)
             .and_then(|dir| dir.map(|mut d| names_in(&mut d)).transpose());
@@ -381,21 +350,18 @@ mod tests {
             text.contains("node0/cpulist") && text.contains("not a regular file"),
             "{text}"
         );
-        // Every path that opens files: read_in, read_head and read_entries.
+        // Every path that opens files: read_in and read_entries.
         let root_dir = RootDir::open(&root).expect("root");
         let err = fifo::returns(&cpulist, move || {
             let a = root_dir
                 .read_in("sys/devices/system/node/node0", &["cpulist"], 64)
                 .map(|_| ());
-            let b = root_dir
-                .read_head("sys/devices/system/node/node0/cpulist", 64)
-                .map(|_| ());
             let c = root_dir
                 .read_entries("sys/devices/system/node", &|_| true, &["cpulist"], 64)
                 .map(|_| ());
-            [a, b, c].into_iter().filter(Result::is_err).count()
+            [a, c].into_iter().filter(Result::is_err).count()
         });
-        assert_eq!(err, 3);
+        assert_eq!(err, 2);
         // Regular files and absent ones read as before.
         std::fs::remove_file(&cpulist).expect("rm");
         std::fs::write(&cpulist, "0-3\n").expect("write");
