@@ -7,10 +7,16 @@
 
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::error::{Context, Result};
+use crate::error::{Context, HarnessError, Result};
+
+/// How long a test waits for another run's cluster before it fails saying so: longer
+/// than a whole real-Slurm suite, so only a stuck holder trips it.
+const LOCK_WAIT: Duration = Duration::from_secs(600);
 
 /// Held while a cluster runs; released on drop (or when the process dies).
 pub struct ClusterLock {
@@ -34,9 +40,24 @@ impl ClusterLock {
             .write(true)
             .open(&path)
             .context(|| format!("open cluster lock {}", path.display()))?;
-        let lock = Flock::lock(file, FlockArg::LockExclusive)
-            .map_err(|(_, e)| e)
-            .context(|| format!("lock {}", path.display()))?;
+        let deadline = Instant::now() + LOCK_WAIT;
+        let mut file = file;
+        let lock = loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => break lock,
+                Err((f, Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
+                    file = f;
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err((_, Errno::EWOULDBLOCK)) => {
+                    return Err(HarnessError(format!(
+                        "another test run held the cluster lock {} for more than {LOCK_WAIT:?}",
+                        path.display()
+                    )));
+                }
+                Err((_, e)) => return Err(e).context(|| format!("lock {}", path.display())),
+            }
+        };
         Ok(Self { _lock: lock })
     }
 }
