@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
@@ -35,16 +36,12 @@ impl Os for LiveOs {
         crate::topology::read_pci_links(root, machine)
     }
 
+    /// Read once per process: user_init asks first (see `user_init::decide`), so the
+    /// tasks slurmstepd forks afterwards inherit the answer instead of each reading sysfs
+    /// again. The kernel's online nodes do not change while one step launches.
     fn online_numa_nodes(&self) -> Result<Vec<u32>, String> {
-        let path = "/sys/devices/system/node/online";
-        match std::fs::read_to_string(path) {
-            Ok(text) => CpuSet::parse_list(text.trim())
-                .map(|set| set.iter().collect())
-                .map_err(|e| format!("{path}: {e}")),
-            // A kernel without NUMA support has one implicit node.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![0]),
-            Err(e) => Err(format!("{path}: {e}")),
-        }
+        static ONLINE: OnceLock<Result<Vec<u32>, String>> = OnceLock::new();
+        ONLINE.get_or_init(read_online_numa_nodes).clone()
     }
 
     fn set_cpu_affinity(&self, cpus: &CpuSet) -> Result<(), String> {
@@ -135,6 +132,18 @@ impl Os for LiveOs {
     fn task_stderr(&self, line: &str) {
         // The task's stderr is the user's output; a failed write must not fail the task.
         let _ = writeln!(std::io::stderr(), "{line}");
+    }
+}
+
+fn read_online_numa_nodes() -> Result<Vec<u32>, String> {
+    let path = "/sys/devices/system/node/online";
+    match std::fs::read_to_string(path) {
+        Ok(text) => CpuSet::parse_list(text.trim())
+            .map(|set| set.iter().collect())
+            .map_err(|e| format!("{path}: {e}")),
+        // A kernel without NUMA support has one implicit node.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![0]),
+        Err(e) => Err(format!("{path}: {e}")),
     }
 }
 

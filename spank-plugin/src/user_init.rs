@@ -119,6 +119,13 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
     });
     if let StepOutcome::Planned(planned) = &mut outcome {
         step::add_topology_links(planned, os, &settings.sysfs_root);
+        // Every task that takes a memory policy checks it against the kernel's online
+        // NUMA nodes: ask once here, before the tasks are forked, so they inherit the
+        // answer (LiveOs keeps it) rather than each reading sysfs. An error is reported
+        // by the task that needs the list, as before.
+        if planned.plan.ranks.iter().any(|r| !r.mems.is_empty()) {
+            let _ = os.online_numa_nodes();
+        }
     }
     outcome
 }

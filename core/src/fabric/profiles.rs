@@ -318,14 +318,28 @@ pub struct Profiles {
 impl Profiles {
     /// The embedded profiles. They are tested to parse, so a failure here is a build bug;
     /// it still degrades to an empty set rather than a panic.
+    ///
+    /// They come pre-parsed ([`super::builtin_profiles`], generated from the embedded
+    /// files and checked equal to parsing them by a test): parsing sixteen TOML files
+    /// took most of a millisecond on every step's launch path.
     pub fn builtin() -> Self {
-        match load(&embedded()) {
-            Ok(p) => p,
-            Err(e) => {
-                log::error!("built-in fabric profiles do not load: {e}");
-                Self::default()
+        let mut list = super::builtin_profiles::profiles();
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        Profiles { list }
+    }
+
+    /// These profiles with `files` parsed on top, as [`load`] would combine them: a
+    /// file named like a profile here replaces it, any other adds one.
+    fn with_files(mut self, files: &[(String, String)]) -> Result<Self, ProfileError> {
+        for (file, text) in files {
+            let p = parse_profile(file, text)?;
+            match self.list.iter_mut().find(|o| o.name == p.name) {
+                Some(slot) => *slot = p,
+                None => self.list.push(p),
             }
         }
+        self.list.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(self)
     }
 
     pub fn get(&self, name: &str) -> Option<&Profile> {
@@ -597,7 +611,7 @@ pub fn read_profile_dir(dir: &Path) -> Result<Vec<(String, String)>, ProfileErro
 /// one else (Invariant 2). A missing directory means built-ins only. The one loader for
 /// the plugin and `gpu-affinity explain`, so both see the same profiles.
 pub fn load_trusted(dir: &Path, owner: u32) -> Result<Profiles, ProfileError> {
-    let mut files = embedded();
+    let mut files = Vec::new();
     match std::fs::metadata(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => {
@@ -622,7 +636,9 @@ pub fn load_trusted(dir: &Path, owner: u32) -> Result<Profiles, ProfileError> {
             })?);
         }
     }
-    load(&files)
+    // Built-ins pre-parsed, only the admin's files parsed here: same result as
+    // `load(&[embedded(), files].concat())` (a test checks the built-in half).
+    Profiles::builtin().with_files(&files)
 }
 
 /// The `*.toml` files of `dir`, sorted by name, each read by `read`.
@@ -656,6 +672,114 @@ fn read_dir_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `builtin_profiles.rs` is generated from the embedded files. After editing a
+    /// profile, run this test with `GPU_AFFINITY_REGENERATE=1` (then `cargo fmt`), and
+    /// rebuild: the comparison sees the profiles compiled in.
+    #[test]
+    fn pre_parsed_builtins_match_the_embedded_files() {
+        let parsed = load(&embedded()).unwrap_or_else(|e| panic!("{e}"));
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fabric/builtin_profiles.rs");
+        let source = generate_builtin_source(&parsed);
+        if std::env::var_os("GPU_AFFINITY_REGENERATE").is_some() {
+            std::fs::write(&path, &source).expect("write builtin_profiles.rs");
+        }
+        assert_eq!(
+            Profiles::builtin(),
+            parsed,
+            "core/src/fabric/builtin_profiles.rs is stale: rerun this test with GPU_AFFINITY_REGENERATE=1"
+        );
+    }
+
+    /// Rust source that builds `profiles` without parsing anything.
+    fn generate_builtin_source(profiles: &Profiles) -> String {
+        use std::fmt::Write;
+        let strings = |v: &[String]| {
+            let items: Vec<String> = v.iter().map(|s| format!("{s:?}.into()")).collect();
+            format!("vec![{}]", items.join(", "))
+        };
+        let ids = |v: &[PciIdPattern]| {
+            let items: Vec<String> = v
+                .iter()
+                .map(|p| {
+                    format!(
+                        "PciIdPattern {{ vendor: {:#06x}, device: {:?} }}",
+                        p.vendor,
+                        p.device.map(|d| format!("{d:#06x}")).map(Raw)
+                    )
+                })
+                .collect();
+            format!("vec![{}]", items.join(", "))
+        };
+        let kind = |k: &NicKind| format!("NicKind::{k:?}");
+        let mut out = format!(
+            "//! GENERATED from core/profiles/*.toml by the test\n\
+             //! `fabric::profiles::tests::pre_parsed_builtins_match_the_embedded_files`\n\
+             //! (`GPU_AFFINITY_REGENERATE=1`); do not edit. The test also checks that these\n\
+             //! equal parsing the embedded files, so the plugin need not parse TOML per step.\n\n\
+             use super::profiles::{{FabricFilter, MatchRules, {}Profile, SetMode, Var}};\n\
+             use super::template::Scope;\n\
+             use crate::model::NicKind;\n\n\
+             pub(super) fn profiles() -> Vec<Profile> {{\n    vec![\n",
+            // Imported only when used, so the generated file builds without warnings.
+            if profiles
+                .iter()
+                .any(|p| !p.rules.gpu.is_empty() || !p.rules.nic.is_empty())
+            {
+                "PciIdPattern, "
+            } else {
+                ""
+            }
+        );
+        for p in profiles.iter() {
+            let fabric: Vec<String> = p
+                .rules
+                .fabric
+                .iter()
+                .map(|k| {
+                    k.as_ref()
+                        .map_or("None".to_string(), |k| format!("Some({})", kind(k)))
+                })
+                .collect();
+            let kinds: Vec<String> = p.fabric.kinds.iter().map(kind).collect();
+            let _ = write!(
+                out,
+                "        Profile {{\n            name: {:?}.into(),\n            description: {:?}.into(),\n            priority: {},\n            rules: MatchRules {{\n                vendor: {},\n                family: {},\n                instance: {},\n                gpu: {},\n                nic: {},\n                fabric: vec![{}],\n            }},\n            fabric: FabricFilter {{\n                kinds: vec![{}],\n                exclude_netdevs: {},\n            }},\n            vars: vec![\n",
+                p.name,
+                p.description,
+                p.priority,
+                p.rules
+                    .vendor
+                    .as_ref()
+                    .map_or("None".to_string(), |v| format!("Some({v:?}.into())")),
+                strings(&p.rules.family),
+                strings(&p.rules.instance),
+                ids(&p.rules.gpu),
+                ids(&p.rules.nic),
+                fabric.join(", "),
+                kinds.join(", "),
+                strings(&p.fabric.exclude_netdevs),
+            );
+            for v in &p.vars {
+                let _ = write!(
+                    out,
+                    "                Var {{\n                    key: {:?}.into(),\n                    value: {:?}.into(),\n                    scope: Scope::{:?},\n                    mode: SetMode::{:?},\n                    source: {:?}.into(),\n                    verified: {},\n                    topology_check: {},\n                    line: {},\n                }},\n",
+                    v.key, v.value, v.scope, v.mode, v.source, v.verified, v.topology_check, v.line
+                );
+            }
+            out.push_str("            ],\n        },\n");
+        }
+        out.push_str("    ]\n}\n");
+        out
+    }
+
+    /// Debug-prints as its text (a hex literal inside `Some(..)`).
+    struct Raw(String);
+    impl std::fmt::Debug for Raw {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
 
     #[test]
     fn every_embedded_profile_parses() {
