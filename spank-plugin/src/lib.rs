@@ -90,6 +90,7 @@ mod init;
 mod init_post_opt;
 mod logger;
 mod mode;
+mod node;
 mod options;
 mod os;
 mod run_dir;
