@@ -31,7 +31,9 @@ pub struct Args {
     /// DMI chassis_asset_tag to write.
     #[arg(long, value_name = "S", requires = "from")]
     dmi_asset_tag: Option<String>,
-    /// Directory to write the tree into (created; must be empty if it exists).
+    /// Directory to write the tree into (created; must be empty if it exists). The tree,
+    /// this directory included, is made world-readable (dirs 0755, files 0644) whatever
+    /// the umask: slurmstepd and job users read it.
     #[arg(long, value_name = "DIR")]
     out: PathBuf,
 }

@@ -305,3 +305,51 @@ fn fixture_then_explain_from_the_tree() {
     ]);
     assert_eq!(again.status.code(), Some(1));
 }
+
+/// The tree is for slurmstepd and job users too: world-readable (dirs 0755, files 0644)
+/// even when the admin's umask is 077.
+#[test]
+fn fixture_tree_is_world_readable_whatever_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("node");
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("umask 077 && exec \"$0\" fixture --machine BM.GPU.H100.8 --out \"$1\"")
+        .arg(env!("CARGO_BIN_EXE_gpu-affinity"))
+        .arg(&out_dir)
+        .output()
+        .expect("run gpu-affinity under umask 077");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mut dirs, mut files) = (0, 0);
+    let mut pending = vec![out_dir.clone()];
+    while let Some(current) = pending.pop() {
+        let mode = std::fs::metadata(&current)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(mode, 0o755, "{}", current.display());
+        dirs += 1;
+        for entry in std::fs::read_dir(&current).expect("read_dir").flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            if meta.is_dir() {
+                pending.push(path);
+            } else if meta.is_file() {
+                assert_eq!(
+                    meta.permissions().mode() & 0o7777,
+                    0o644,
+                    "{}",
+                    path.display()
+                );
+                files += 1;
+            }
+        }
+    }
+    assert!(dirs > 10 && files > 100, "{dirs} dirs, {files} files");
+}

@@ -42,6 +42,7 @@ pub fn dispatch(
         (Hook::InitPostOpt, Context::Local | Context::Allocator) => {
             init_post_opt::init_post_opt(plugin, host)
         }
+        (Hook::InitPostOpt, Context::Remote) => init_post_opt::remote(plugin, host, os),
         (Hook::UserInit, Context::Remote) => user_init::user_init(plugin, host, os),
         (Hook::TaskPostFork, Context::Remote) => task_post_fork::task_post_fork(plugin),
         (Hook::TaskInit, Context::Remote) => task_init::task_init(plugin, host, os),

@@ -2,8 +2,9 @@
 //! one facade [`fabric::step_fabric`], the same call `gpu-affinity explain` makes, so the
 //! plugin and explain cannot drift apart.
 //!
-//! Computed once per step in user_init; task_init exports the node-wide values plus the
-//! rank's own. A variable the user already set is left to the user unless the admin
+//! The profiles and the vendor NCCL topology file are read as root in init_post_opt
+//! (`node.rs`); the environment is computed once per step in user_init; task_init exports
+//! the node-wide values plus the rank's own. A variable the user already set is left to the user unless the admin
 //! config lists it under `[fabric] force`.
 //!
 //! Root-side inputs only: the profiles are the built-in ones plus the admin's
@@ -18,6 +19,7 @@ use gpu_affinity::fabric::{self, Env, StepInputs};
 use gpu_affinity::model::Machine;
 use gpu_affinity::solver::Plan;
 
+use crate::node::VendorTopology;
 use crate::run_dir::TOPOLOGY_FILE;
 use crate::settings::Settings;
 
@@ -52,6 +54,7 @@ pub fn load_profiles(dir: &Path, owner: u32) -> Result<Profiles, String> {
 }
 
 /// Detect the vendor, render the profile for `plan` and settle NCCL_TOPO_FILE.
+/// `vendor` is the profile's vendor topology file as init_post_opt read it;
 /// `topology_dir` is where a generated topology file would go; `existing` answers from
 /// the job environment.
 pub fn step_env(
@@ -59,12 +62,19 @@ pub fn step_env(
     plan: &Plan,
     profiles: &Profiles,
     settings: &Settings,
+    vendor: Option<&VendorTopology>,
     topology_dir: &Path,
     existing: &dyn Fn(&str) -> Option<String>,
 ) -> StepFabric {
     let file = topology_dir.join(TOPOLOGY_FILE);
     let file_text = file.to_string_lossy().into_owned();
-    let vendor_topology = |path: &str| vendor_topology(&settings.sysfs_root, path);
+    // Detection here sees the same machine and profiles as init_post_opt's, so it names
+    // the same file; nothing is read from disk now (user_init runs as the job user).
+    let vendor_topology = |path: &str| {
+        vendor
+            .filter(|v| v.path == path)
+            .and_then(|v| v.parsed.clone())
+    };
     let inputs = StepInputs {
         profiles,
         existing,
@@ -102,7 +112,8 @@ pub fn step_env(
 /// Parse the vendor NCCL topology file a profile names (bounded read). With a
 /// `sysfs_root` other than `/` (tests, replayed dumps) the file is looked up under that
 /// root too, so a fixture tree carries its own node's files. `None`: absent or unusable.
-fn vendor_topology(sysfs_root: &Path, path: &str) -> Option<Machine> {
+/// Read as root in init_post_opt (`node.rs`).
+pub fn vendor_topology(sysfs_root: &Path, path: &str) -> Option<Machine> {
     let full = sysfs_root.join(path.trim_start_matches('/'));
     if !full.exists() {
         return None;

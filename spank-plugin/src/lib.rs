@@ -48,15 +48,18 @@
 //! `profiles_dir`. Plugstack arguments win; unknown tables and keys are errors (format
 //! and checks: `gpu_affinity::config`, shared with `gpu-affinity explain`).
 //! `enforce` is a floor: a user's lower mode is raised, with an info line. Root-side
-//! inputs never come from the user's environment. With a `sysfs_root` other than `/`
+//! inputs never come from the user's environment, and slurmstepd reads them as root (in
+//! `init_post_opt`, before it drops to the job user for `user_init`), so `sysfs_root`,
+//! `profiles_dir` and a vendor topology file may sit where job users cannot look. With a
+//! `sysfs_root` other than `/`
 //! (tests, replayed dumps), NUMA nodes the running kernel lacks are reported as not
 //! applied instead of failing, and a profile's vendor NCCL topology file is looked up
 //! under that root.
 //!
 //! * `profiles_dir` (default `/etc/gpu-affinity/profiles.d`): admin fabric profiles
 //!   (`*.toml`) on top of the built-in ones; a missing directory is none. The directory
-//!   and its files must be root's and not writable by group or others, and readable by
-//!   job users (the step is planned with the user's privileges). A malformed or
+//!   and its files must be root's and not writable by group or others; job users need
+//!   not read them. A malformed or
 //!   untrusted profile is one error line naming file and line; `strict` steps are
 //!   refused with it, `prefer` steps use the built-in profiles and warn.
 //! * `run_dir` (default `/run/gpu-affinity`): where slurmstepd writes, as root, the NCCL
@@ -75,8 +78,12 @@
 //! `build.rs` binds the installed `<slurm/spank.h>`; `spank.rs` wraps it as a [`host::Host`];
 //! one file per SPANK context (`init.rs`, `init_post_opt.rs`, `user_init.rs`,
 //! `task_post_fork.rs`, `task_init.rs`, `exit.rs`) behind `dispatch.rs`; every export
-//! runs in `guard::run`. `fabric_env.rs` loads the profiles and calls the core's fabric
-//! facade; `run_dir.rs` owns the per-step files.
+//! runs in `guard::run`. Per step in slurmstepd: `init_post_opt` (root) settles the mode
+//! and, for a GPU step, reads the node's inputs (`node.rs`: topology, admin profiles,
+//! vendor NCCL topology file); `user_init` (the job user) adds the job's own (GPU ids,
+//! tasks, the user's environment) and solves (`step.rs`); `task_post_fork` (root) writes
+//! a generated topology file; `task_init` applies the rank's part. `fabric_env.rs` loads
+//! the profiles and calls the core's fabric facade; `run_dir.rs` owns the per-step files.
 
 mod apply;
 mod dispatch;
@@ -90,6 +97,7 @@ mod init;
 mod init_post_opt;
 mod logger;
 mod mode;
+mod node;
 mod options;
 mod os;
 mod run_dir;

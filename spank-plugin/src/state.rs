@@ -1,7 +1,8 @@
 //! What the plugin remembers between hooks of one process.
 //!
 //! srun, sbatch and slurmstepd each load the plugin into one process that serves one
-//! step, and the hooks that write this state (init, the option callback, user_init) run
+//! step, and the hooks that write this state (init, the option callback, init_post_opt,
+//! user_init) run
 //! single-threaded before any task is forked. So: set-once cells and an atomic, no
 //! `std::sync::Mutex` a panic could poison. Tests build their own [`Plugin`].
 
@@ -10,6 +11,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::mode::{Choice, UserChoice};
+use crate::node::Prepared;
 use crate::settings::Settings;
 use crate::step::StepOutcome;
 
@@ -29,6 +31,8 @@ const VERBOSE_BIT: u32 = 0x100;
 pub struct Plugin {
     settings: OnceLock<Settings>,
     option: AtomicU32,
+    /// What remote init_post_opt settled and read as root, for user_init.
+    prepared: OnceLock<Prepared>,
     step: OnceLock<StepOutcome>,
     /// task_post_fork's attempt at the step directory: `Some(dir)` once it exists (exit
     /// removes it, written or not), `None` when it could not be made. Set once.
@@ -40,6 +44,7 @@ impl Plugin {
         Plugin {
             settings: OnceLock::new(),
             option: AtomicU32::new(NOT_GIVEN),
+            prepared: OnceLock::new(),
             step: OnceLock::new(),
             step_dir: OnceLock::new(),
         }
@@ -88,6 +93,15 @@ impl Plugin {
             }
         };
         self.option.store(bits, Ordering::Relaxed);
+    }
+
+    /// The node's inputs and early verdicts, from remote init_post_opt.
+    pub fn prepared(&self) -> Option<&Prepared> {
+        self.prepared.get()
+    }
+
+    pub fn set_prepared(&self, prepared: Prepared) {
+        let _ = self.prepared.set(prepared);
     }
 
     /// The step's outcome, computed once in user_init.

@@ -1,21 +1,20 @@
 //! The step's plan, computed once per step on each node (remote `user_init`).
 //!
-//! Inputs: the node's topology (from `sysfs_root`, root's choice), the step's GPUs from
+//! Inputs: the node's topology (from `sysfs_root`, root's choice, read as root in
+//! init_post_opt: [`crate::node`]), the step's GPUs from
 //! the job environment (`SLURM_STEP_GPUS` only: global ids = /dev/nvidiaN minor numbers),
 //! the step's cores (`S_STEP_ALLOC_CORES`) and the local task count. The solver turns them into one binding per local rank.
 
-use std::path::Path;
-
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::fabric::profiles::Profiles;
-use gpu_affinity::fabric::topo_xml;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{self, Plan, StepRequest};
 
 use crate::fabric_env::{self, StepFabric};
-use crate::host::{Host, Os};
+use crate::host::Host;
 use crate::mode::Resolved;
+use crate::node::VendorTopology;
 use crate::run_dir;
 use crate::settings::Settings;
 
@@ -48,7 +47,6 @@ pub enum StepOutcome {
 pub struct StepPlan {
     pub resolved: Resolved,
     pub plan: Plan,
-    pub machine: Machine,
     /// Each step GPU and the id the step's CUDA_VISIBLE_DEVICES used for it.
     pub cuda_ids: Vec<(PciAddr, String)>,
     /// The topology is the running kernel's own (`sysfs_root=/`).
@@ -335,20 +333,23 @@ pub struct StepFacts {
     pub uid: Option<u32>,
 }
 
-/// What the fabric environment is rendered from, besides the machine and the plan.
+/// What the fabric environment is rendered from, besides the machine and the plan
+/// (read as root in init_post_opt, see [`crate::node`]).
 pub struct FabricSetup<'a> {
     /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
     /// admin's are unusable).
-    pub profiles: Profiles,
+    pub profiles: &'a Profiles,
     pub settings: &'a Settings,
     /// Warnings from loading the profiles, shown like the fabric's own.
     pub warnings: Vec<String>,
+    /// The profile's vendor NCCL topology file, parsed.
+    pub vendor_topology: Option<&'a VendorTopology>,
 }
 
 /// Solve the step and render its fabric environment. Problems that stop planning become
 /// `Refused` (strict) or `Unplanned` (prefer).
 pub fn plan_step(
-    machine: Machine,
+    machine: &Machine,
     facts: StepFacts,
     fabric: FabricSetup<'_>,
     existing_env: &dyn Fn(&str) -> Option<String>,
@@ -356,14 +357,14 @@ pub fn plan_step(
     let Some(mode) = facts.resolved.choice.solver_mode() else {
         return StepOutcome::Off;
     };
-    let gpus = match map_gpus(&machine, &facts.gpus.global) {
+    let gpus = match map_gpus(machine, &facts.gpus.global) {
         Ok(g) => g,
         Err(reason) => return unplannable(facts.resolved, reason),
     };
     let mapped = facts
         .alloc_cores
         .as_deref()
-        .map(|c| step_cpus(&machine, c))
+        .map(|c| step_cpus(machine, c))
         .unwrap_or_default();
     let (mut cpus, note) = reconcile_cpus(mapped, facts.stepd_cpus.as_ref(), &machine.cpus());
     if let Some(note) = note {
@@ -385,19 +386,20 @@ pub fn plan_step(
         mode,
     };
     // The profile's fabric NICs, so no rank gets a NIC NCCL_IB_HCA leaves out.
-    let fabric_nics = gpu_affinity::fabric::fabric_nics(&machine, &fabric.profiles);
-    let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
+    let fabric_nics = gpu_affinity::fabric::fabric_nics(machine, fabric.profiles);
+    let plan = solver::solve_with_fabric(machine, &request, &fabric_nics);
     let topology_dir = run_dir::step_dir(&fabric.settings.run_dir, facts.job_id, facts.step_id);
     let mut step_fabric = fabric_env::step_env(
-        &machine,
+        machine,
         &plan,
-        &fabric.profiles,
+        fabric.profiles,
         fabric.settings,
+        fabric.vendor_topology,
         &topology_dir,
         existing_env,
     );
     step_fabric.warnings.splice(0..0, fabric.warnings);
-    let (cuda, note) = cuda_ids(&machine, &gpus, &facts.gpus);
+    let (cuda, note) = cuda_ids(machine, &gpus, &facts.gpus);
     if let Some(note) = note {
         log::info!("{note}");
     }
@@ -405,7 +407,6 @@ pub fn plan_step(
     StepOutcome::Planned(Box::new(StepPlan {
         resolved: facts.resolved,
         plan,
-        machine,
         cuda_ids,
         live: facts.live,
         job_id: facts.job_id,
@@ -413,24 +414,6 @@ pub fn plan_step(
         uid: facts.uid,
         fabric: step_fabric,
     }))
-}
-
-/// The step's topology was read with `Detail::Placement`, without PCIe links; a generated
-/// NCCL topology file carries them (NCCL rates its paths by them). So a step that writes
-/// one (the vendor's file is absent or does not fit the node: rare) reads the links now and
-/// renders the file again, as `fabric::step_fabric` renders it, from the completed model.
-/// If they cannot be read the file goes without them, and NCCL reads them from sysfs for
-/// the devices it finds; placement does not depend on them.
-pub fn add_topology_links(step: &mut StepPlan, os: &dyn Os, sysfs_root: &Path) {
-    let Some(topology) = step.fabric.topology.as_mut() else {
-        return;
-    };
-    match os.read_pci_links(sysfs_root, &mut step.machine) {
-        Ok(()) => topology.xml = topo_xml::render(&step.machine),
-        Err(e) => log::warn!(
-            "gpu-affinity: PCIe link attributes not read ({e}); the generated NCCL topology leaves them to NCCL"
-        ),
-    }
 }
 
 /// A step that cannot be planned: refused under strict, left unbound under prefer.

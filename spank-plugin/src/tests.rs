@@ -15,6 +15,7 @@ use crate::fake::{FakeHost, FakeOs};
 use crate::host::{Context, MemPolicy};
 use crate::logger::{self, SlurmLevel};
 use crate::mode::{Choice, Resolved};
+use crate::node::Prepared;
 use crate::options;
 use crate::state::{OptionValue, Plugin};
 use crate::step::{self, StepOutcome, StepPlan};
@@ -140,7 +141,6 @@ fn step_plan(choice: Choice, live: bool, cuda: [&str; 2]) -> StepPlan {
             warnings: Vec::new(),
             fabric_nics: Vec::new(),
         },
-        machine: machine(),
         cuda_ids: vec![
             (pci("0003:00:00.0"), cuda[0].into()),
             (pci("0008:00:00.0"), cuda[1].into()),
@@ -289,6 +289,13 @@ fn srun_says_when_the_site_floor_raises_the_mode() {
 
 // ---- remote: what user_init decides ------------------------------------------------
 
+/// slurmstepd before the fork: init_post_opt (root: reads the node) then user_init (the
+/// job user: solves).
+fn prepare_step(plugin: &Plugin, host: &FakeHost, os: &FakeOs) {
+    dispatch(plugin, Hook::InitPostOpt, host, os, &[]).expect("init_post_opt");
+    dispatch(plugin, Hook::UserInit, host, os, &[]).expect("user_init");
+}
+
 fn gpu_host(pairs: &[(&str, &str)]) -> FakeHost {
     let mut host = FakeHost::new(Context::Remote).with_env(pairs);
     host.local_tasks = 2;
@@ -302,7 +309,7 @@ fn off_reads_nothing() {
         let plugin = remote_plugin(args);
         let host = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("CUDA_VISIBLE_DEVICES", "2,3")]);
         let os = FakeOs::new(Ok(machine()), "0-1", &[0]);
-        dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+        prepare_step(&plugin, &host, &os);
         assert!(matches!(plugin.step(), Some(StepOutcome::Off)));
         assert!(
             os.reads.borrow().is_empty(),
@@ -317,11 +324,11 @@ fn off_reads_nothing() {
 fn user_can_turn_off_a_site_default_but_not_below_the_floor() {
     let plugin = remote_plugin(&["default=strict"]);
     let host = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("SLURM_GPU_AFFINITY", "off")]);
-    dispatch(&plugin, Hook::UserInit, &host, &no_os(), &[]).expect("user_init");
+    prepare_step(&plugin, &host, &no_os());
     assert!(matches!(plugin.step(), Some(StepOutcome::Off)));
 
     let plugin = remote_plugin(&["enforce=strict"]);
-    dispatch(&plugin, Hook::UserInit, &host, &no_os(), &[]).expect("user_init");
+    prepare_step(&plugin, &host, &no_os());
     assert!(
         matches!(plugin.step(), Some(StepOutcome::Refused { .. })),
         "{:?}",
@@ -339,7 +346,7 @@ fn a_step_without_gpus_is_left_alone_even_under_strict() {
         let plugin = remote_plugin(&["default=strict", "enforce=strict"]);
         let host = gpu_host(env);
         let os = FakeOs::new(Ok(machine()), "0-1", &[0]);
-        dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+        prepare_step(&plugin, &host, &os);
         assert!(
             matches!(plugin.step(), Some(StepOutcome::LeftAlone(_))),
             "{env:?}"
@@ -355,7 +362,7 @@ fn the_batch_step_is_left_alone() {
     let plugin = remote_plugin(&["default=strict"]);
     let mut host = gpu_host(&[("SLURM_STEP_GPUS", "0")]);
     host.step_id = 0xffff_fffb;
-    dispatch(&plugin, Hook::UserInit, &host, &no_os(), &[]).expect("user_init");
+    prepare_step(&plugin, &host, &no_os());
     assert!(matches!(plugin.step(), Some(StepOutcome::LeftAlone(_))));
 }
 
@@ -368,7 +375,7 @@ fn unknown_topology_refuses_under_strict_and_warns_once_under_prefer() {
     }));
     let host = gpu_host(&[("SLURM_STEP_GPUS", "2,3")]);
     let os = no_os();
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    prepare_step(&plugin, &host, &os);
     assert_eq!(*os.reads.borrow(), vec![Path::new("/srv/fx").to_path_buf()]);
     let err =
         dispatch(&plugin, Hook::TaskInit, &host.task(1, 5), &os, &[]).expect_err("strict refuses");
@@ -379,7 +386,7 @@ fn unknown_topology_refuses_under_strict_and_warns_once_under_prefer() {
     );
 
     let plugin = remote_plugin(&["default=prefer"]);
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    prepare_step(&plugin, &host, &os);
     logger::take();
     dispatch(&plugin, Hook::TaskInit, &host.task(0, 4), &os, &[]).expect("prefer runs");
     dispatch(&plugin, Hook::TaskInit, &host.task(1, 5), &os, &[]).expect("prefer runs");
@@ -391,11 +398,87 @@ fn unknown_topology_refuses_under_strict_and_warns_once_under_prefer() {
 }
 
 #[test]
+fn the_node_is_read_as_root_in_init_post_opt_and_user_init_reads_nothing() {
+    // slurmstepd runs user_init as the job user: every node-level read happens before,
+    // in init_post_opt, so a tree only root can reach still plans the step.
+    let plugin = remote_plugin(&["sysfs_root=/srv/fx", "default=strict"]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("CUDA_VISIBLE_DEVICES", "2,3")]);
+    let root_os = FakeOs::new(Ok(machine()), "0-1", &[0]);
+    dispatch(&plugin, Hook::InitPostOpt, &host, &root_os, &[]).expect("init_post_opt");
+    assert_eq!(
+        *root_os.reads.borrow(),
+        vec![Path::new("/srv/fx").to_path_buf()]
+    );
+    assert!(matches!(plugin.prepared(), Some(Prepared::Ready { .. })));
+    assert!(
+        plugin.step().is_none(),
+        "user_init solves, not init_post_opt"
+    );
+
+    // As the user, the tree is out of reach: user_init must not need it.
+    let user_os = no_os();
+    dispatch(&plugin, Hook::UserInit, &host, &user_os, &[]).expect("user_init");
+    assert!(user_os.reads.borrow().is_empty());
+    assert_eq!(user_os.link_reads.get(), 0);
+    let Some(StepOutcome::Planned(planned)) = plugin.step() else {
+        panic!("not planned: {:?}", plugin.step());
+    };
+    assert_eq!(planned.plan.ranks.len(), 2);
+    let task = host.task(0, 0);
+    dispatch(&plugin, Hook::TaskInit, &task, &user_os, &[]).expect("task_init");
+    assert_eq!(task.var("GPU_AFFINITY_MODE").as_deref(), Some("strict"));
+}
+
+#[test]
+fn a_root_side_failure_in_init_post_opt_surfaces_at_task_init() {
+    let plugin = remote_plugin(&["sysfs_root=/srv/fx", "default=strict"]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "2,3")]);
+    // The hook itself succeeds: failing it would fail the step without a word to the user.
+    dispatch(&plugin, Hook::InitPostOpt, &host, &no_os(), &[]).expect("init_post_opt");
+    assert!(matches!(
+        plugin.prepared(),
+        Some(Prepared::Decided(StepOutcome::Refused { .. }))
+    ));
+    let good_os = FakeOs::new(Ok(machine()), "0-1", &[0]);
+    dispatch(&plugin, Hook::UserInit, &host, &good_os, &[]).expect("user_init");
+    assert!(
+        good_os.reads.borrow().is_empty(),
+        "no second read as the user"
+    );
+    let err =
+        dispatch(&plugin, Hook::TaskInit, &host.task(0, 3), &good_os, &[]).expect_err("refused");
+    assert!(
+        err.0
+            .starts_with("gpu-affinity: rank 3: this node's topology is unknown"),
+        "{err}"
+    );
+}
+
+#[test]
+fn gpus_that_appear_only_in_user_init_are_still_planned() {
+    // Measured on 22.05: SLURM_STEP_GPUS is already there in init_post_opt. A Slurm that
+    // set it later must not silently leave GPU steps unbound.
+    let plugin = remote_plugin(&["default=strict"]);
+    let cpu_view = gpu_host(&[]);
+    let os = FakeOs::new(Ok(machine()), "0-1", &[0]);
+    dispatch(&plugin, Hook::InitPostOpt, &cpu_view, &os, &[]).expect("init_post_opt");
+    assert!(os.reads.borrow().is_empty(), "no GPUs yet: nothing read");
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "2,3")]);
+    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    assert_eq!(os.reads.borrow().len(), 1);
+    assert!(
+        matches!(plugin.step(), Some(StepOutcome::Planned(_))),
+        "{:?}",
+        plugin.step()
+    );
+}
+
+#[test]
 fn an_invalid_forwarded_value_fails_the_task() {
     let plugin = remote_plugin(&[]);
     assert!(options::on_option(&plugin, Some("bogus"), true).is_err());
     let host = gpu_host(&[("SLURM_STEP_GPUS", "0")]);
-    dispatch(&plugin, Hook::UserInit, &host, &no_os(), &[]).expect("user_init");
+    prepare_step(&plugin, &host, &no_os());
     let err =
         dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &no_os(), &[]).expect_err("invalid");
     assert!(err.0.contains("strict, prefer or off"), "{err}");
@@ -466,7 +549,7 @@ fn an_inherited_cuda_visible_devices_leaves_a_cpu_step_alone_under_strict() {
     let plugin = remote_plugin(&["default=strict", "enforce=strict"]);
     let host = gpu_host(&[("CUDA_VISIBLE_DEVICES", "0,1")]);
     let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    prepare_step(&plugin, &host, &os);
     assert!(
         matches!(plugin.step(), Some(StepOutcome::LeftAlone(_))),
         "{:?}",
@@ -504,7 +587,7 @@ fn a_typed_gpus_per_task_shapes_the_plan_and_a_malformed_one_is_warned_about() {
         ("SLURM_GPUS_PER_TASK", "h100:1"),
     ]);
     let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    prepare_step(&plugin, &host, &os);
     let Some(StepOutcome::Planned(step)) = plugin.step() else {
         panic!("not planned: {:?}", plugin.step());
     };
@@ -513,7 +596,7 @@ fn a_typed_gpus_per_task_shapes_the_plan_and_a_malformed_one_is_warned_about() {
 
     let plugin = remote_plugin(&["default=prefer"]);
     let host = gpu_host(&[("SLURM_STEP_GPUS", "0,1"), ("SLURM_GPUS_PER_TASK", "h100")]);
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    prepare_step(&plugin, &host, &os);
     dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &os, &[]).expect("runs");
     assert!(
         os.stderr
@@ -577,7 +660,7 @@ fn each_rank_opens_its_planned_gpu_when_minors_are_out_of_pci_order() {
     let plugin = remote_plugin(&["default=prefer", "sysfs_root=/srv/fx"]);
     let host = gpu_host(&[("SLURM_STEP_GPUS", "0,1"), ("CUDA_VISIBLE_DEVICES", "0,1")]);
     let os = FakeOs::new(Ok(swapped_minors()), "0-1", &[0, 1]);
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    prepare_step(&plugin, &host, &os);
     for local in 0..2 {
         let t = host.task(local, local);
         dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
@@ -721,7 +804,7 @@ fn a_live_step_plans_inside_slurmstepds_cpu_mask() {
     let mut host = gpu_host(&[("SLURM_STEP_GPUS", "2,3")]);
     host.alloc_cores = Some("0".into());
     let os = FakeOs::new(Ok(machine()), "1", &[0, 1]);
-    dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+    prepare_step(&plugin, &host, &os);
     let Some(StepOutcome::Planned(step)) = plugin.step() else {
         panic!("not planned: {:?}", plugin.step());
     };
@@ -1171,7 +1254,7 @@ impl NodeStep {
         host.alloc_cores = Some(format!("0-{}", units - 1));
         let numa: Vec<u32> = machine.numa_nodes.iter().map(|n| n.id).collect();
         let os = FakeOs::new(Ok(machine.clone()), &machine.cpus().to_string(), &numa);
-        dispatch(&plugin, Hook::UserInit, &host, &os, &[]).expect("user_init");
+        prepare_step(&plugin, &host, &os);
         NodeStep {
             _fixture: fixture,
             run,

@@ -1,16 +1,15 @@
-//! `slurm_spank_user_init` in slurmstepd: decide the step's binding once, before any task
-//! is forked (the forked tasks inherit the result).
+//! `slurm_spank_user_init` in slurmstepd, with the job user's privileges: decide the
+//! step's binding once, before any task is forked (the forked tasks inherit the result).
+//!
+//! The node's inputs were read as root in init_post_opt ([`crate::node`]); this adds the
+//! job's own (the step's GPU ids and their CUDA convention, the local task count,
+//! `SLURM_GPUS_PER_TASK`, the user's environment for "user wins") and solves.
 
-use gpu_affinity::fabric::profiles::Profiles;
-use gpu_affinity::sources::sysfs::Detail;
-
-use crate::fabric_env;
 use crate::guard::Failure;
 use crate::host::{Host, Os};
-use crate::mode::{Choice, resolve};
-use crate::options::user_choice;
+use crate::node::{self, NO_GPUS, Prepared};
 use crate::state::Plugin;
-use crate::step::{self, FIRST_SPECIAL_STEP, FabricSetup, StepFacts, StepOutcome};
+use crate::step::{self, FabricSetup, StepFacts, StepOutcome};
 
 pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
     let outcome = decide(plugin, host, os);
@@ -30,65 +29,50 @@ pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Fa
 }
 
 fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
+    let late;
+    let prepared = match plugin.prepared() {
+        Some(Prepared::Decided(StepOutcome::LeftAlone(why)))
+            if *why == NO_GPUS && has_gpus(host) =>
+        {
+            // A Slurm that fills in the step's GPUs only after init_post_opt: plan anyway,
+            // reading the node now, with the job user's privileges.
+            log::info!(
+                "gpu-affinity: SLURM_STEP_GPUS appeared after init_post_opt; reading the node's topology in user_init, as the job user"
+            );
+            late = node::prepare(plugin, host, os);
+            &late
+        }
+        Some(p) => p,
+        None => {
+            log::debug!("gpu-affinity: init_post_opt left nothing for user_init; preparing now");
+            late = node::prepare(plugin, host, os);
+            &late
+        }
+    };
+    let (resolved, step_id, node) = match prepared {
+        Prepared::Decided(outcome) => return outcome.clone(),
+        Prepared::Ready {
+            resolved,
+            step_id,
+            node,
+        } => (*resolved, *step_id, node),
+    };
     let settings = plugin.settings();
-    // The user's own mode choice is the one thing read from the job environment.
-    let user = match user_choice(plugin, |name| host.getenv(name).ok().flatten()) {
-        Ok(u) => u,
-        Err(bad) => return StepOutcome::Invalid(bad.0),
-    };
-    let resolved = resolve(user, settings.default, settings.enforce);
-    if let Some(note) = resolved.raise_note() {
-        log::debug!("{note}");
-    }
-    // Off costs nothing: no topology, no GPU lookup.
-    if resolved.choice == Choice::Off {
-        return StepOutcome::Off;
-    }
-    let step_id = match host.step_id() {
-        Ok(id) => id,
-        Err(e) => return step::unplannable(resolved, format!("cannot identify the step: {e}")),
-    };
-    if step_id >= FIRST_SPECIAL_STEP {
-        return StepOutcome::LeftAlone("a batch, extern or interactive step");
-    }
     let gpus = match step::step_gpus(host) {
         Ok(Some(g)) if !g.global.is_empty() => g,
-        Ok(_) => return StepOutcome::LeftAlone("the step has no GPUs"),
+        Ok(_) => return StepOutcome::LeftAlone(NO_GPUS),
         Err(reason) => return step::unplannable(resolved, reason),
     };
     let tasks = match host.local_task_count() {
         Ok(n) => n,
         Err(e) => return step::unplannable(resolved, format!("cannot count the local tasks: {e}")),
     };
-    let machine = match os.read_machine(&settings.sysfs_root, Detail::Placement) {
-        Ok(m) => m,
-        Err(e) => {
-            return step::unplannable(resolved, format!("this node's topology is unknown ({e})"));
-        }
+    let mut fabric = FabricSetup {
+        profiles: &node.profiles,
+        settings: &settings,
+        warnings: node.warnings.clone(),
+        vendor_topology: node.vendor_topology.as_ref(),
     };
-    // An admin profile that cannot be used is the admin's to fix: strict refuses the
-    // step with the reason, prefer carries on with the built-in profiles.
-    let fabric = match fabric_env::load_profiles(&settings.profiles_dir, settings.owner) {
-        Ok(profiles) => FabricSetup {
-            profiles,
-            settings: &settings,
-            warnings: Vec::new(),
-        },
-        Err(reason) => {
-            log::error!("gpu-affinity: {reason}");
-            if resolved.choice == Choice::Strict {
-                return StepOutcome::Refused { reason };
-            }
-            FabricSetup {
-                profiles: Profiles::builtin(),
-                settings: &settings,
-                warnings: vec![format!(
-                    "gpu-affinity: warning: {reason}; using the built-in fabric profiles"
-                )],
-            }
-        }
-    };
-    let mut fabric = fabric;
     let gpus_per_task = match host.getenv("SLURM_GPUS_PER_TASK").ok().flatten() {
         None => None,
         Some(value) => step::gpus_per_task(&value).unwrap_or_else(|warning| {
@@ -114,18 +98,21 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         step_id,
         uid: host.job_uid().ok(),
     };
-    let mut outcome = step::plan_step(machine, facts, fabric, &|name| {
+    let outcome = step::plan_step(&node.machine, facts, fabric, &|name| {
         host.getenv(name).ok().flatten()
     });
-    if let StepOutcome::Planned(planned) = &mut outcome {
-        step::add_topology_links(planned, os, &settings.sysfs_root);
-        // Every task that takes a memory policy checks it against the kernel's online
-        // NUMA nodes: ask once here, before the tasks are forked, so they inherit the
-        // answer (LiveOs keeps it) rather than each reading sysfs. An error is reported
-        // by the task that needs the list, as before.
-        if planned.plan.ranks.iter().any(|r| !r.mems.is_empty()) {
-            let _ = os.online_numa_nodes();
-        }
+    // Every task that takes a memory policy checks it against the kernel's online NUMA
+    // nodes: ask once here, before the tasks are forked, so they inherit the answer
+    // (LiveOs keeps it) rather than each reading sysfs. An error is reported by the task
+    // that needs the list.
+    if let StepOutcome::Planned(planned) = &outcome
+        && planned.plan.ranks.iter().any(|r| !r.mems.is_empty())
+    {
+        let _ = os.online_numa_nodes();
     }
     outcome
+}
+
+fn has_gpus(host: &dyn Host) -> bool {
+    matches!(step::step_gpus(host), Ok(Some(g)) if !g.global.is_empty())
 }

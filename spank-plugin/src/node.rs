@@ -1,0 +1,186 @@
+//! The node's own inputs to a step's plan, read as root in remote `slurm_spank_init_post_opt`.
+//!
+//! slurmstepd runs `user_init` with the job user's privileges (spank(8): "called after
+//! privileges are temporarily dropped"), but the topology under `sysfs_root`, the admin
+//! profiles and the vendor NCCL topology file are root's inputs: an admin may keep them
+//! where job users cannot look (a fixture tree under a 0700 directory, a profiles.d only
+//! root can read). So everything that does not depend on the job is read here, as root,
+//! once options are processed and the mode is known; `user_init` adds the job's own
+//! inputs (GPU ids, task layout, the user's environment) and solves.
+//!
+//! The job environment is already complete in remote init_post_opt (measured on Slurm
+//! 22.05: `SLURM_STEP_GPUS`, `CUDA_VISIBLE_DEVICES` and the user's own variables read the
+//! same there as in user_init), so a step without GPUs is recognised here and reads
+//! nothing, as before.
+
+use gpu_affinity::fabric::detect_with;
+use gpu_affinity::fabric::profiles::Profiles;
+use gpu_affinity::fabric::topo::{self, TopoDecision};
+use gpu_affinity::model::Machine;
+use gpu_affinity::sources::sysfs::Detail;
+
+use crate::fabric_env;
+use crate::host::{Host, Os};
+use crate::mode::{Choice, Resolved, resolve};
+use crate::options::user_choice;
+use crate::settings::Settings;
+use crate::state::Plugin;
+use crate::step::{self, FIRST_SPECIAL_STEP, StepOutcome};
+
+/// Why a step without GPUs is left alone (also how user_init recognises that verdict).
+pub const NO_GPUS: &str = "the step has no GPUs";
+
+/// What init_post_opt leaves for user_init.
+#[derive(Clone, Debug)]
+pub enum Prepared {
+    /// Settled before any task: off, left alone, an invalid value, or a root-side input
+    /// that failed (refused under strict, unplanned under prefer).
+    Decided(StepOutcome),
+    /// A GPU step to plan in user_init, with the node's inputs.
+    Ready {
+        resolved: Resolved,
+        step_id: u32,
+        node: Box<NodeInputs>,
+    },
+}
+
+/// The node-level inputs, read as root.
+#[derive(Clone, Debug)]
+pub struct NodeInputs {
+    /// The topology under `sysfs_root`, to [`Detail::Placement`]; with the PCIe links too
+    /// when the step may generate an NCCL topology file.
+    pub machine: Machine,
+    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
+    /// admin's are unusable).
+    pub profiles: Profiles,
+    /// Warnings from loading the profiles, shown like the fabric's own.
+    pub warnings: Vec<String>,
+    /// The vendor NCCL topology file the node's profile names, when it names one.
+    pub vendor_topology: Option<VendorTopology>,
+}
+
+/// A profile's vendor NCCL topology file, parsed as root.
+#[derive(Clone, Debug)]
+pub struct VendorTopology {
+    /// The path as the profile names it (the key the fabric facade asks for).
+    pub path: String,
+    /// `None`: absent or unusable (already logged).
+    pub parsed: Option<Machine>,
+}
+
+/// Settle what can be settled before privileges are dropped, and read the node's inputs
+/// for a GPU step under a mode other than `off`.
+pub fn prepare(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Prepared {
+    let settings = plugin.settings();
+    // The user's own mode choice is read from the job environment (the env twin).
+    let user = match user_choice(plugin, |name| host.getenv(name).ok().flatten()) {
+        Ok(u) => u,
+        Err(bad) => return Prepared::Decided(StepOutcome::Invalid(bad.0)),
+    };
+    let resolved = resolve(user, settings.default, settings.enforce);
+    if let Some(note) = resolved.raise_note() {
+        log::debug!("{note}");
+    }
+    // Off costs nothing: no topology, no GPU lookup.
+    if resolved.choice == Choice::Off {
+        return Prepared::Decided(StepOutcome::Off);
+    }
+    let step_id = match host.step_id() {
+        Ok(id) => id,
+        Err(e) => {
+            return Prepared::Decided(step::unplannable(
+                resolved,
+                format!("cannot identify the step: {e}"),
+            ));
+        }
+    };
+    if step_id >= FIRST_SPECIAL_STEP {
+        return Prepared::Decided(StepOutcome::LeftAlone(
+            "a batch, extern or interactive step",
+        ));
+    }
+    match step::step_gpus(host) {
+        Ok(Some(g)) if !g.global.is_empty() => {}
+        Ok(_) => return Prepared::Decided(StepOutcome::LeftAlone(NO_GPUS)),
+        Err(reason) => return Prepared::Decided(step::unplannable(resolved, reason)),
+    }
+    match read_node(&settings, resolved, os) {
+        Ok(node) => Prepared::Ready {
+            resolved,
+            step_id,
+            node: Box::new(node),
+        },
+        Err(outcome) => Prepared::Decided(outcome),
+    }
+}
+
+/// Read the topology, the profiles and the vendor topology file. Err: the step's outcome
+/// (strict: refused with the reason, prefer: unplanned with a warning).
+pub fn read_node(
+    settings: &Settings,
+    resolved: Resolved,
+    os: &dyn Os,
+) -> Result<NodeInputs, StepOutcome> {
+    let mut machine = os
+        .read_machine(&settings.sysfs_root, Detail::Placement)
+        .map_err(|e| {
+            step::unplannable(resolved, format!("this node's topology is unknown ({e})"))
+        })?;
+    // An admin profile that cannot be used is the admin's to fix: strict refuses the
+    // step with the reason, prefer carries on with the built-in profiles.
+    let (profiles, warnings) =
+        match fabric_env::load_profiles(&settings.profiles_dir, settings.owner) {
+            Ok(profiles) => (profiles, Vec::new()),
+            Err(reason) => {
+                log::error!("gpu-affinity: {reason}");
+                if resolved.choice == Choice::Strict {
+                    return Err(StepOutcome::Refused { reason });
+                }
+                (
+                    Profiles::builtin(),
+                    vec![format!(
+                        "gpu-affinity: warning: {reason}; using the built-in fabric profiles"
+                    )],
+                )
+            }
+        };
+    let vendor_topology = topology_file(&machine, &profiles).map(|path| {
+        let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path);
+        if !matches!(
+            topo::decide(&path, parsed.as_ref(), &machine),
+            TopoDecision::Use { .. }
+        ) {
+            add_pci_links(&mut machine, os, settings);
+        }
+        VendorTopology { path, parsed }
+    });
+    Ok(NodeInputs {
+        machine,
+        profiles,
+        warnings,
+        vendor_topology,
+    })
+}
+
+/// The vendor topology file of the profile the node's detection picks, if it names one.
+fn topology_file(machine: &Machine, profiles: &Profiles) -> Option<String> {
+    let detection = detect_with(machine, profiles);
+    profiles
+        .get(&detection.profile)
+        .and_then(|p| p.topology_file())
+        .map(str::to_string)
+}
+
+/// The topology was read with `Detail::Placement`, without PCIe links; a generated NCCL
+/// topology file carries them (NCCL rates its paths by them). The vendor file is absent or
+/// does not fit this node (rare), so the step will generate one unless the user brings
+/// their own: read the links now, while root. If they cannot be read the file goes without
+/// them, and NCCL reads them from sysfs for the devices it finds; placement does not
+/// depend on them.
+fn add_pci_links(machine: &mut Machine, os: &dyn Os, settings: &Settings) {
+    if let Err(e) = os.read_pci_links(&settings.sysfs_root, machine) {
+        log::warn!(
+            "gpu-affinity: PCIe link attributes not read ({e}); the generated NCCL topology leaves them to NCCL"
+        );
+    }
+}
