@@ -30,6 +30,8 @@ use toml::Spanned;
 use crate::solver::Mode;
 
 /// Where the config lives unless a program is told otherwise.
+/// Where the plugin writes per-step files as root (`[plugin] run_dir`, plugstack `run_dir=`).
+pub const DEFAULT_RUN_DIR: &str = "/run/gpu-affinity";
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-affinity/config.toml";
 
 /// The uid every root-side input must belong to outside tests.

@@ -4,6 +4,11 @@
 //! reader trait so every decision is testable with fixtures.
 #![forbid(unsafe_code)]
 
+// Lets the unit tests include test oracles shared with the integration tests
+// (core/tests/common), which name this crate `gpu_affinity`.
+#[cfg(test)]
+extern crate self as gpu_affinity;
+
 pub mod catalog;
 pub mod config;
 pub mod cpuset;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::golden::{check_golden, file_stem, shared_topologies, topology_files};
+use common::reference::nearness_key;
 use gpu_affinity::fabric::{self, profiles::Profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
@@ -39,25 +40,6 @@ fn request(machine: &Machine, mode: Mode) -> StepRequest {
     }
 }
 
-/// Nearness by the model's own walks: (level, -depth of the lowest common bridge).
-fn reference_key(machine: &Machine, gpu: PciAddr, nic: PciAddr) -> (u8, i64) {
-    let gpu_up = machine.ancestors(gpu);
-    if let Some(bridge) = machine
-        .ancestors(nic)
-        .into_iter()
-        .find(|b| gpu_up.contains(b))
-    {
-        return (0, -(machine.ancestors(bridge).len() as i64));
-    }
-    if machine.root_of(gpu).is_some() && machine.root_of(gpu) == machine.root_of(nic) {
-        return (1, 0);
-    }
-    match (machine.numa_of(gpu), machine.numa_of(nic)) {
-        (Some(a), Some(b)) if a == b => (2, 0),
-        _ => (3, 0),
-    }
-}
-
 /// Whether `gpu` has a fabric NIC on its own NUMA node (a NIC of unknown NUMA node tied to
 /// it by a switch or root complex counts).
 fn has_local_nic(machine: &Machine, gpu: PciAddr, fabric: &[PciAddr]) -> bool {
@@ -65,7 +47,7 @@ fn has_local_nic(machine: &Machine, gpu: PciAddr, fabric: &[PciAddr]) -> bool {
         .iter()
         .any(|&nic| match (machine.numa_of(gpu), machine.numa_of(nic)) {
             (Some(a), Some(b)) => a == b,
-            _ => reference_key(machine, gpu, nic).0 <= 1,
+            _ => nearness_key(machine, gpu, nic).0 <= 1,
         })
 }
 
@@ -100,11 +82,11 @@ fn check_plan(name: &str, machine: &Machine, strict: &Plan, prefer: &Plan) -> Ve
         if fabric.is_empty() {
             continue;
         }
-        let best = fabric.iter().map(|&n| reference_key(machine, gpu, n)).min();
+        let best = fabric.iter().map(|&n| nearness_key(machine, gpu, n)).min();
         let nearest: Vec<PciAddr> = fabric
             .iter()
             .copied()
-            .filter(|&n| Some(reference_key(machine, gpu, n)) == best)
+            .filter(|&n| Some(nearness_key(machine, gpu, n)) == best)
             .collect();
         for nic in &rank.nics {
             if !nearest.contains(&nic.pci) {

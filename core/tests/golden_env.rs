@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use common::golden::{check_golden, file_stem, shared_topologies, topology_files};
 use gpu_affinity::fabric::profiles::Profiles;
-use gpu_affinity::fabric::{self, EnvValue, Origin, StepFabric, StepInputs};
+use gpu_affinity::fabric::{self, EnvValue, Origin, StepFabric};
 use gpu_affinity::model::{Dmi, Machine, NicKind};
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{Mode, Plan, StepRequest, solve_with_fabric};
@@ -27,7 +27,9 @@ use gpu_affinity::{catalog, sources};
 use serde_json::{Value, json};
 
 /// Where the plugin would write a generated NCCL topology (the step's temp dir).
-const GENERATED_TOPOLOGY: &str = "<step tmpdir>/gpu-affinity-nccl-topo.xml";
+/// What `gpu-affinity explain` shows for the plugin's generated file with the default
+/// run_dir (the plugin's own path names the job, step and slurmstepd).
+const GENERATED_TOPOLOGY: &str = "/run/gpu-affinity/job<JOBID>.<STEPID>.<PID>/nccl-topo.xml";
 
 const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
 
@@ -118,16 +120,7 @@ fn strict_plan(machine: &Machine, profiles: &Profiles) -> Plan {
 }
 
 fn step(machine: &Machine, plan: &Plan, profiles: &Profiles) -> StepFabric {
-    let existing = |_: &str| None;
-    let vendor_topology = |_: &str| None;
-    let inputs = StepInputs {
-        profiles,
-        existing: &existing,
-        forced: &[],
-        vendor_topology: &vendor_topology,
-        generated_topology_path: GENERATED_TOPOLOGY,
-    };
-    fabric::step_fabric(machine, plan, &inputs)
+    common::step::fabric_of_clean_step(machine, plan, profiles, GENERATED_TOPOLOGY)
 }
 
 /// `value` with where it came from, in a form a reviewer reads at a glance.

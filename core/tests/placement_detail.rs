@@ -4,8 +4,10 @@
 //! placement read leaves the PCIe links and RDMA port state/rate out, and
 //! `read_pci_links` puts back exactly what the generated NCCL topology file needs.
 
+mod common;
+
 use gpu_affinity::fabric::profiles::Profiles;
-use gpu_affinity::fabric::{StepFabric, StepInputs, step_fabric, topo_xml};
+use gpu_affinity::fabric::{StepFabric, topo_xml};
 use gpu_affinity::model::{Machine, PciLink};
 use gpu_affinity::solver::{Mode, Plan, StepRequest, solve};
 use gpu_affinity::sources::fixture::write_fixture;
@@ -50,19 +52,10 @@ fn requests(m: &Machine) -> Vec<StepRequest> {
     ]
 }
 
+// No vendor topology file on the tree: the Azure profiles then generate one, the one place
+// the fabric environment reads PCIe links.
 fn fabric(m: &Machine, plan: &Plan, profiles: &Profiles) -> StepFabric {
-    let existing = |_: &str| None;
-    // No vendor topology file on the tree: the Azure profiles then generate one, the one
-    // place the fabric environment reads PCIe links.
-    let vendor_topology = |_: &str| None;
-    let inputs = StepInputs {
-        profiles,
-        existing: &existing,
-        forced: &[],
-        vendor_topology: &vendor_topology,
-        generated_topology_path: GENERATED_TOPOLOGY,
-    };
-    step_fabric(m, plan, &inputs)
+    common::step::fabric_of_clean_step(m, plan, profiles, GENERATED_TOPOLOGY)
 }
 
 /// A full read with what placement leaves out taken away.

@@ -48,8 +48,19 @@ pub struct Args {
     trusted_owner: u32,
 }
 
-/// Where the plugin writes a generated NCCL topology file (inside the step's temp dir).
-const GENERATED_TOPOLOGY: &str = "<step tmpdir>/gpu-affinity-nccl-topo.xml";
+/// Where the plugin writes a generated NCCL topology file: its step directory under
+/// `run_dir` (spank-plugin/src/run_dir.rs), named after the job, step and slurmstepd.
+fn generated_topology_path(config: &Config) -> String {
+    let run_dir = config
+        .plugin
+        .run_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(config::DEFAULT_RUN_DIR));
+    format!(
+        "{}/job<JOBID>.<STEPID>.<PID>/nccl-topo.xml",
+        run_dir.display()
+    )
+}
 
 /// explain's JSON: the plan's fields plus the fabric.
 #[derive(serde::Serialize)]
@@ -78,7 +89,8 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     // The profile's fabric, as in the plugin: ranks get only NICs NCCL_IB_HCA lists.
     let fabric_nics = fabric::fabric_nics(&machine, &profiles);
     let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
-    let fabric = fabric_for(&machine, &plan, &config, &profiles);
+    let root = args.source.sysfs_root.as_deref().unwrap_or(Path::new("/"));
+    let fabric = fabric_for(&machine, &plan, &config, &profiles, root);
     if args.json {
         let report = Report {
             plan: &plan,
@@ -127,16 +139,23 @@ fn fabric_for(
     plan: &Plan,
     config: &Config,
     profiles: &profiles::Profiles,
+    root: &Path,
 ) -> StepFabric {
     let existing = |key: &str| std::env::var(key).ok();
-    let vendor_topology =
-        |path: &str| gpu_affinity::sources::read_topology_file(Path::new(path)).ok();
+    // Looked up under the sysfs root, as the plugin does: a fixture tree carries its own
+    // node's vendor file.
+    let vendor_topology = |path: &str| {
+        gpu_affinity::sources::read_topology_under(root, path)
+            .ok()
+            .flatten()
+    };
+    let generated = generated_topology_path(config);
     let inputs = StepInputs {
         profiles,
         existing: &existing,
         forced: &config.fabric.force,
         vendor_topology: &vendor_topology,
-        generated_topology_path: GENERATED_TOPOLOGY,
+        generated_topology_path: &generated,
     };
     fabric::step_fabric(machine, plan, &inputs)
 }

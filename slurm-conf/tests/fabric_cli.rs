@@ -134,12 +134,6 @@ fn check_against_golden(what: &str, json: &Value, golden: &Value) {
         let have = node
             .get(key)
             .unwrap_or_else(|| panic!("{what}: explain lacks {key}"));
-        // explain looks for the vendor topology file on this machine's own disk; on an
-        // image that has it (an Azure ND build host) the decision differs by design.
-        if key == "NCCL_TOPO_FILE" && json["topology"] != golden["topology"] {
-            eprintln!("{what}: NCCL_TOPO_FILE not compared: {}", json["topology"]);
-            continue;
-        }
         assert_eq!(have["value"], value["value"], "{what}: {key}");
         assert_ne!(have["origin"], "user_set", "{what}: {key}");
     }
@@ -392,5 +386,73 @@ fn refused(out: &Output, needle: &str) {
     assert!(
         stderr.starts_with("gpu-affinity: ") && stderr.contains(needle),
         "{needle}: {stderr}"
+    );
+}
+
+/// The vendor NCCL topology file is looked up under `--sysfs-root`, as the plugin looks
+/// under `sysfs_root=`: a tree carrying a fitting /opt/microsoft/ndv5-topo.xml is told to
+/// use it; one carrying a file with swapped NUMA masks is refused and gets a generated one.
+#[test]
+fn the_vendor_topology_file_is_read_under_the_sysfs_root() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tree = dir.path().join("node");
+    let out = gpu_affinity(
+        &[
+            "fixture",
+            "--machine",
+            "Standard_ND96isr_H100_v5",
+            "--out",
+            &tree.to_string_lossy(),
+        ],
+        &[],
+    );
+    ok(&out, "fixture");
+    let machine = gpu_affinity::catalog::machine("Standard_ND96isr_H100_v5").expect("catalog");
+    let vendor_dir = tree.join("opt/microsoft");
+    std::fs::create_dir_all(&vendor_dir).expect("mkdir");
+    let vendor_file = vendor_dir.join("ndv5-topo.xml");
+    std::fs::write(
+        &vendor_file,
+        gpu_affinity::fabric::topo_xml::render(&machine),
+    )
+    .expect("write");
+
+    let explain = || {
+        let out = gpu_affinity(
+            &["explain", "--sysfs-root", &tree.to_string_lossy(), "--json"],
+            &[],
+        );
+        ok(&out, "explain");
+        json_of(&out)
+    };
+    let json = explain();
+    assert_eq!(json["topology"]["decision"], "use", "{}", json["topology"]);
+    assert_eq!(
+        json["env"]["node"]["NCCL_TOPO_FILE"]["value"],
+        "/opt/microsoft/ndv5-topo.xml"
+    );
+
+    // The same file with the two NUMA nodes' CPU masks swapped (the pre-2025 image bug).
+    let mut swapped = machine.clone();
+    let (a, b) = (
+        swapped.numa_nodes[0].cpus.clone(),
+        swapped.numa_nodes[1].cpus.clone(),
+    );
+    swapped.numa_nodes[0].cpus = b;
+    swapped.numa_nodes[1].cpus = a;
+    std::fs::write(
+        &vendor_file,
+        gpu_affinity::fabric::topo_xml::render(&swapped),
+    )
+    .expect("write");
+    let json = explain();
+    assert_eq!(
+        json["topology"]["decision"], "refuse",
+        "{}",
+        json["topology"]
+    );
+    assert_ne!(
+        json["env"]["node"]["NCCL_TOPO_FILE"]["value"],
+        "/opt/microsoft/ndv5-topo.xml"
     );
 }

@@ -114,12 +114,8 @@ pub fn step_env(
 /// root too, so a fixture tree carries its own node's files. `None`: absent or unusable.
 /// Read as root in init_post_opt (`node.rs`).
 pub fn vendor_topology(sysfs_root: &Path, path: &str) -> Option<Machine> {
-    let full = sysfs_root.join(path.trim_start_matches('/'));
-    if !full.exists() {
-        return None;
-    }
-    match gpu_affinity::sources::read_topology_file(&full) {
-        Ok(m) => Some(m),
+    match gpu_affinity::sources::read_topology_under(sysfs_root, path) {
+        Ok(m) => m,
         Err(e) => {
             log::warn!("gpu-affinity: vendor NCCL topology file not used: {e}");
             None

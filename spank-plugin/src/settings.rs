@@ -15,7 +15,7 @@ use crate::mode::{Choice, Floor};
 pub use gpu_affinity::config::DEFAULT_CONFIG;
 
 /// Where per-step files (a generated NCCL topology) live when nothing else is named.
-pub const DEFAULT_RUN_DIR: &str = "/run/gpu-affinity";
+pub use gpu_affinity::config::DEFAULT_RUN_DIR;
 
 /// Hooks the `panic-test` feature can make panic (see [`Settings::test_panic`]).
 #[cfg(feature = "panic-test")]

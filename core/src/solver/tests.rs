@@ -3,6 +3,10 @@
 //! tree walks rather than the solver's.
 
 use super::*;
+
+/// The nearness oracle shared with the golden tests.
+#[path = "../../tests/common/reference.rs"]
+mod reference;
 use crate::model::{Gpu, Machine, NicKind, NumaNode, PciDevice, class, vendor};
 
 fn pci(text: &str) -> PciAddr {
@@ -1086,25 +1090,6 @@ fn cases_give_the_expected_plans() {
     }
 }
 
-/// Nearness by the model's own tree walks: (level, -depth), lower is nearer.
-fn reference_key(machine: &Machine, gpu: PciAddr, nic: PciAddr) -> (u8, i64) {
-    let gpu_up = machine.ancestors(gpu);
-    if let Some(bridge) = machine
-        .ancestors(nic)
-        .into_iter()
-        .find(|b| gpu_up.contains(b))
-    {
-        return (0, -(machine.ancestors(bridge).len() as i64));
-    }
-    if machine.root_of(gpu).is_some() && machine.root_of(gpu) == machine.root_of(nic) {
-        return (1, 0);
-    }
-    match (machine.numa_of(gpu), machine.numa_of(nic)) {
-        (Some(a), Some(b)) if a == b => (2, 0),
-        _ => (3, 0),
-    }
-}
-
 /// What every plan must keep, whatever the machine and request.
 fn check_invariants(machine: &Machine, request: &StepRequest, plan: &Plan, name: &str) {
     let fabric: Vec<PciAddr> = plan.fabric_nics.iter().map(|n| n.pci).collect();
@@ -1127,11 +1112,11 @@ fn check_invariants(machine: &Machine, request: &StepRequest, plan: &Plan, name:
             if one_per_gpu && !fabric.is_empty() {
                 let best = fabric
                     .iter()
-                    .map(|n| reference_key(machine, *gpu, *n))
+                    .map(|n| reference::nearness_key(machine, *gpu, *n))
                     .min();
                 for nic in &r.nics {
                     assert_eq!(
-                        Some(reference_key(machine, *gpu, nic.pci)),
+                        Some(reference::nearness_key(machine, *gpu, nic.pci)),
                         best,
                         "{name}: rank {} NIC {}",
                         r.rank,

@@ -254,6 +254,18 @@ pub fn parse_topology(text: &str) -> Result<Machine, TopologyError> {
     }
 }
 
+/// The vendor NCCL topology file a profile names (an absolute path on the node), looked
+/// up under `root` (the sysfs root: `/` on a live node, a fixture or replayed tree
+/// otherwise, which then carries its own node's files). `Ok(None)` when absent.
+/// The plugin and `gpu-affinity explain` both read it this way.
+pub fn read_topology_under(root: &Path, path: &str) -> Result<Option<Machine>, TopologyError> {
+    let full = root.join(path.trim_start_matches('/'));
+    if !full.exists() {
+        return Ok(None);
+    }
+    read_topology_file(&full).map(Some)
+}
+
 /// Read and parse a topology file (NCCL or hwloc XML, detected). The read is bounded by
 /// [`MAX_TOPOLOGY_FILE_BYTES`]; every error names the file.
 pub fn read_topology_file(path: &Path) -> Result<Machine, TopologyError> {

@@ -425,3 +425,5 @@ pub fn nccl_placeholder() -> Machine {
 
 pub mod golden;
 pub mod hwloc;
+pub mod reference;
+pub mod step;
