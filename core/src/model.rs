@@ -58,6 +58,15 @@ pub struct Dmi {
     pub board_vendor: Option<String>,
 }
 
+/// One entry of the kernel's NUMA distance table (`/sys/devices/system/node/nodeN/distance`):
+/// how far memory on node `to` is from node `from` (10 = local).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct NumaDistance {
+    pub from: u32,
+    pub to: u32,
+    pub distance: u32,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumaNode {
     pub id: u32,
@@ -187,6 +196,25 @@ pub struct Machine {
     pub pci: Vec<PciDevice>,
     pub gpus: Vec<Gpu>,
     pub nics: Vec<Nic>,
+    /// The kernel's NUMA distance table; empty when the source does not give one. Only
+    /// CPU-less NUMA nodes (Grace GPU memory without CDMM) need it: it names the
+    /// CPU-bearing node of their socket ([`Machine::cpu_node_of`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub numa_distances: Vec<NumaDistance>,
+    /// What a description assumed where its sources leave a gap (catalog entries); the
+    /// solver repeats each in the reasons of the ranks it concerns, so a guess is never
+    /// shown as measured. Empty for live sources.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assumptions: Vec<Assumption>,
+}
+
+/// One assumption of a machine description.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Assumption {
+    /// The GPU or NIC it is about; `None` for the whole machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub about: Option<PciAddr>,
+    pub text: String,
 }
 
 /// Where a PCI function sits: what one walk up its bridges finds.
@@ -350,7 +378,8 @@ impl Machine {
 
     /// NICs that carry the GPU fabric.
     ///
-    /// - InfiniBand and EFA always.
+    /// - EFA always; InfiniBand unless the node has EFA (an EFA node's fabric is EFA:
+    ///   the two `mlx5_core` InfiniBand devices of p6-b200/b300 are NVLink controllers).
     /// - RoCE when its PCI id belongs to the node's largest group of RDMA NICs: the fabric is
     ///   a homogeneous set (16 CX-7 ports on OCI BM.GPU.H100.8), while host NICs that also
     ///   speak RDMA are a different model and fewer (OCI's front-end mlx5_2/mlx5_11, Azure's
@@ -372,10 +401,14 @@ impl Machine {
         }
         let largest = group_sizes.values().copied().max().unwrap_or(0);
         let has_rdma = largest > 0;
+        let has_efa = self.nics.iter().any(|n| n.kind == NicKind::Efa);
         self.nics
             .iter()
             .filter(|n| match n.kind {
-                NicKind::Infiniband | NicKind::Efa => true,
+                // An EFA node's fabric is EFA: InfiniBand devices beside it are not
+                // (p6-b200/b300's two mlx5_core NVLink controllers ibp115s0f0/ibp116s0f0).
+                NicKind::Infiniband => !has_efa,
+                NicKind::Efa => true,
                 NicKind::Roce => group_sizes.get(&pci_id(n)).copied().unwrap_or(0) == largest,
                 NicKind::Gvnic => !(has_rdma || n.pci.domain == 0 && n.pci.bus == 0),
                 NicKind::Ethernet => false,
@@ -386,6 +419,10 @@ impl Machine {
     /// Put every list in a canonical order so two descriptions of one machine compare equal.
     pub fn normalize(&mut self) {
         self.numa_nodes.sort_by_key(|n| n.id);
+        self.numa_distances.sort();
+        self.numa_distances.dedup();
+        self.assumptions.sort();
+        self.assumptions.dedup();
         self.cores.sort();
         self.pci.sort_by_key(|d| d.addr);
         self.gpus.sort_by_key(|g| g.pci);

@@ -12,7 +12,8 @@ use super::format::{
 };
 use crate::cpuset::CpuSet;
 use crate::model::{
-    Gpu, Machine, Nic, NicKind, NumaNode, PciDevice, PciLink, RdmaPort, class, classify_nic,
+    Assumption, Gpu, Machine, Nic, NicKind, NumaDistance, NumaNode, PciDevice, PciLink, RdmaPort,
+    class, classify_nic,
 };
 use crate::pci::PciAddr;
 
@@ -92,6 +93,7 @@ pub(crate) fn build(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogEr
     let (numa, numa_src) =
         pick(layers, |d| d.numa.as_ref()).unwrap_or((&empty_numa, layers[0].src));
     let numa_nodes = numa_nodes(numa, numa_src)?;
+    let numa_distances = numa_distances(numa);
     let cores = match pick(layers, |d| d.cpu.as_ref()) {
         Some((cpu, _)) => cores(cpu, &numa_nodes)?,
         None => Vec::new(),
@@ -162,6 +164,27 @@ pub(crate) fn build(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogEr
             nics.push(nic);
         }
     }
+    let mut assumptions: Vec<Assumption> = pick(layers, |d| d.gaps.as_ref())
+        .map(|(gaps, _)| gaps.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|text| Assumption {
+            about: None,
+            text: text.clone(),
+        })
+        .collect();
+    for group in groups {
+        let g = group.get_ref();
+        let Some(text) = &g.assumed else {
+            continue;
+        };
+        let members = g.gpus.iter().map(|d| d.get_ref().pci);
+        let members = members.chain(g.nics.iter().map(|d| d.get_ref().pci));
+        assumptions.extend(members.map(|pci| Assumption {
+            about: Some(pci),
+            text: text.clone(),
+        }));
+    }
     let gpus = assign_minors(gpus)?;
     let mut machine = Machine {
         dmi,
@@ -170,6 +193,8 @@ pub(crate) fn build(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogEr
         pci: tree.devices,
         gpus,
         nics,
+        numa_distances,
+        assumptions,
     };
     machine.normalize();
     machine.validate()?;
@@ -214,6 +239,20 @@ fn numa_nodes(numa: &[Spanned<NumaDesc>], src: Source<'_>) -> Result<Vec<NumaNod
         });
     }
     Ok(out)
+}
+
+/// The `distances` rows of the `[[numa]]` entries as the model's distance table.
+fn numa_distances(numa: &[Spanned<NumaDesc>]) -> Vec<NumaDistance> {
+    numa.iter()
+        .flat_map(|item| {
+            let n = item.get_ref();
+            n.distances.iter().map(|&(to, distance)| NumaDistance {
+                from: n.id,
+                to,
+                distance,
+            })
+        })
+        .collect()
 }
 
 /// Fold the CPUs into physical cores by the sibling rule; every core stays inside one

@@ -33,6 +33,9 @@ pub(crate) struct Description {
     pub gpu: Option<GpuType>,
     pub nic_types: Option<BTreeMap<String, NicType>>,
     pub group: Option<Vec<Spanned<GroupDesc>>>,
+    /// Gaps in the sources, machine-wide, as one sentence each; they become
+    /// `Machine::assumptions` and so appear in every plan's reasons.
+    pub gaps: Option<Vec<String>>,
 }
 
 /// How logical CPUs fold into physical cores.
@@ -63,7 +66,12 @@ pub(crate) enum SiblingRule {
 #[serde(deny_unknown_fields)]
 pub(crate) struct NumaDesc {
     pub id: u32,
+    /// "" for a CPU-less node (Grace GPU memory without CDMM).
     pub cpus: CpuSet,
+    /// The kernel's distance row as `[[to, distance], ...]` (e.g. `[[0, 80], [1, 120]]`);
+    /// needed only where a CPU-less node must be tied to its socket.
+    #[serde(default)]
+    pub distances: Vec<(u32, u32)>,
 }
 
 /// PCI ids and link of the generated bridges.
@@ -125,6 +133,9 @@ pub(crate) struct GroupDesc {
     pub gpus: Vec<Spanned<GpuDesc>>,
     #[serde(default)]
     pub nics: Vec<Spanned<NicDesc>>,
+    /// What this group's layout assumes where the sources are silent (one sentence);
+    /// repeated in the reasons of every rank whose GPU or NIC is in the group.
+    pub assumed: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -140,7 +140,9 @@ pub fn render(machine: &Machine) -> String {
         .collect();
     let mut unplaced = Vec::new();
     for d in tops {
-        match machine.numa_of(d.addr).or(first) {
+        // The CPU node of the device's socket: a Grace GPU on a CPU-less GPU-memory node
+        // goes under the CPU it is bound to (crate::numa).
+        match machine.cpu_numa_of(d.addr).or(first) {
             Some(id) => match nodes.iter_mut().find(|(n, _)| *n == Some(id)) {
                 Some((_, list)) => list.push(d),
                 None => nodes.push((Some(id), vec![d])),

@@ -27,6 +27,7 @@ use serde::Serialize;
 
 use crate::cpuset::CpuSet;
 use crate::model::{Machine, Nic, PciIndex};
+use crate::numa::{CpuNode, SocketVia};
 use crate::pci::PciAddr;
 
 use locality::{Nearness, Place};
@@ -174,7 +175,7 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
     let fabric = one_per_function(fabric);
     let nic_places: Vec<Place> = fabric
         .iter()
-        .map(|n| locality::place_or_unknown(&index, n.pci))
+        .map(|n| socket_place(machine, locality::place_or_unknown(&index, n.pci), None))
         .collect();
 
     let mut seen = HashSet::new();
@@ -205,13 +206,22 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
         );
     }
 
-    // Every GPU some rank holds, located once.
+    // Every GPU some rank holds, located once, on its socket's CPU node (Grace rules:
+    // crate::numa), with a note per rule that applied.
+    let mut notes: Vec<Vec<String>> = Vec::new();
     let held: Vec<(usize, PciAddr, Option<Place>)> = split
         .per_rank
         .iter()
         .enumerate()
         .flat_map(|(r, gs)| gs.iter().map(move |g| (r, *g)))
-        .map(|(r, g)| (r, g, index.place(g)))
+        .map(|(r, g)| {
+            let mut note = Vec::new();
+            let place = index
+                .place(g)
+                .map(|p| socket_place(machine, p, Some(&mut note)));
+            notes.push(note);
+            (r, g, place)
+        })
         .collect();
     let located: Vec<Place> = held.iter().filter_map(|(_, _, p)| p.clone()).collect();
     let mut choices = nics::choose(&located, &nic_places).into_iter();
@@ -234,8 +244,9 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
     // NUMA node -> ranks with a GPU there whose allocation has CPUs on it.
     let mut numa_ranks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
 
-    for (r, gpu, place) in &held {
+    for ((r, gpu, place), note) in held.iter().zip(notes) {
         let rank = Some(*r as u32);
+        ranks[*r].reasons.extend(note);
         let Some(place) = place else {
             problems.push(
                 rank,
@@ -304,10 +315,15 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
             .map(|n| &n.cpus)
             .filter(|c| !c.is_empty());
         let Some(node_cpus) = node_cpus else {
+            let what = if machine.is_cpu_less(numa) {
+                "has no CPUs, and neither the NUMA distance table nor a PCIe bridge names the CPU node of its socket"
+            } else {
+                "has no CPU list"
+            };
             problems.push(
                 rank,
                 ViolationKind::TopologyUnknown,
-                format!("GPU {gpu} is on NUMA node {numa}, which has no CPU list"),
+                format!("GPU {gpu} is on NUMA node {numa}, which {what}"),
                 Fix::Change("fix the topology source".into()),
             );
             continue;
@@ -351,6 +367,7 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
             })
             .collect();
         plan.mems = rank_mems[r].iter().copied().collect();
+        note_assumptions(machine, plan);
     }
 
     assign_cpus(machine, &request.cpus, &numa_ranks, &mut ranks);
@@ -374,6 +391,68 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
             })
             .collect(),
     }
+}
+
+/// Repeat, once each, the description's assumptions about the rank's GPUs and NICs and
+/// the machine-wide ones, so a plan over a catalog machine says what was not measured.
+fn note_assumptions(machine: &Machine, plan: &mut RankPlan) {
+    let mut said: BTreeSet<&str> = BTreeSet::new();
+    for a in &machine.assumptions {
+        let concerns = match a.about {
+            None => true,
+            Some(pci) => plan.gpus.contains(&pci) || plan.nics.iter().any(|n| n.pci == pci),
+        };
+        if concerns && said.insert(&a.text) {
+            plan.reasons
+                .push(format!("assumed (the sources leave a gap): {}", a.text));
+        }
+    }
+}
+
+/// A located function as the Grace rules see it ([`crate::numa`]): a NUMA node without
+/// CPUs (GPU memory without CDMM) replaced by its socket's CPU node, and for a GPU that
+/// attaches over NVLink-C2C the PCIe bridges and root complex dropped, so its NICs are
+/// chosen by that NUMA node alone. `notes`, for GPUs, gets one reason per rule applied.
+fn socket_place<'m>(
+    machine: &Machine,
+    mut place: Place<'m>,
+    notes: Option<&mut Vec<String>>,
+) -> Place<'m> {
+    let mut said = Vec::new();
+    if let Some(numa) = place.numa {
+        match machine.cpu_node_of(numa, place.addr) {
+            CpuNode::Own(_) => {}
+            CpuNode::Socket { memory, node, via } => {
+                place.numa = Some(node);
+                let how = match via {
+                    SocketVia::Distance(d) => format!("nearest by NUMA distance {d}"),
+                    SocketVia::Bridge(b) => format!("its PCIe bridge {b} is on it"),
+                };
+                // Only GPUs get notes (NICs are never on GPU-memory nodes in practice).
+                said.push(format!(
+                    "GPU {}: NUMA node {memory} has no CPUs (GPU memory without CDMM); CPUs, memory and NICs come from node {node} of its socket ({how})",
+                    place.addr
+                ));
+            }
+            // Left as it is: the CPU step reports the node as having no CPU list.
+            CpuNode::Unresolved(_) => {}
+        }
+    }
+    if notes.is_some() && machine.attaches_over_c2c(place.addr) {
+        place.ancestors.clear();
+        place.root = None;
+        let on = place.numa.map_or("an unknown NUMA node".to_string(), |n| {
+            format!("NUMA node {n}")
+        });
+        said.push(format!(
+            "GPU {} attaches over NVLink-C2C, so PCIe distance says nothing: its locality is its Grace socket's {on}",
+            place.addr
+        ));
+    }
+    if let Some(notes) = notes {
+        notes.extend(said);
+    }
+    place
 }
 
 /// The node's fabric NICs, one per PCI function, sorted by PCI address.

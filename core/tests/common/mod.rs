@@ -226,6 +226,8 @@ pub fn switch_tree() -> Machine {
                 vec![port("Ethernet")],
             ),
         ],
+        numa_distances: Vec::new(),
+        assumptions: Vec::new(),
     };
     m.normalize();
     m
@@ -300,6 +302,8 @@ pub fn p4d() -> Machine {
         pci,
         gpus,
         nics,
+        numa_distances: Vec::new(),
+        assumptions: Vec::new(),
     };
     m.normalize();
     m
@@ -356,6 +360,8 @@ pub fn gcp_vm() -> Machine {
             nic("0000:00:04.0", NicKind::Gvnic, None, Some("enp0s4"), vec![]),
             nic("0000:06:00.0", NicKind::Gvnic, None, Some("enp6s0"), vec![]),
         ],
+        numa_distances: Vec::new(),
+        assumptions: Vec::new(),
     };
     m.normalize();
     m

@@ -48,8 +48,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cpuset::{CpuSet, CpuSetError};
 use crate::model::{
-    Dmi, Gpu, Machine, ModelError, Nic, NumaNode, PciDevice, PciLink, RdmaPort, class,
-    classify_nic, vendor,
+    Dmi, Gpu, Machine, ModelError, Nic, NumaDistance, NumaNode, PciDevice, PciLink, RdmaPort,
+    class, classify_nic, vendor,
 };
 use crate::pci::PciAddr;
 
@@ -139,10 +139,10 @@ pub fn read_machine_from_with<R: FsReader + ?Sized>(
     let d = Discovery { fs };
     let mut machine = Machine {
         dmi: d.dmi()?,
-        numa_nodes: d.numa_nodes()?,
         cores: d.cores()?,
         ..Machine::default()
     };
+    (machine.numa_nodes, machine.numa_distances) = d.numa_nodes()?;
     let paths = d.pci_paths()?;
     let mut ids: HashMap<PciAddr, PciIds> = HashMap::new();
     let mut gpus = Vec::new();
@@ -322,7 +322,11 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
         })
     }
 
-    fn numa_nodes(&self) -> Result<Vec<NumaNode>, SysfsError> {
+    /// The NUMA nodes and, only where some node has no CPUs (Grace GPU memory without
+    /// CDMM), the kernel's distance rows of those nodes: each `distance` file lists the
+    /// distances to every node in id order. Other machines need no table, so they cost
+    /// no extra read; a row that does not parse or line up is dropped, not an error.
+    fn numa_nodes(&self) -> Result<(Vec<NumaNode>, Vec<NumaDistance>), SysfsError> {
         const DIR: &str = "sys/devices/system/node";
         let is_node = |name: &str| parse::numbered(name, "node").is_some();
         let mut nodes = Vec::new();
@@ -344,7 +348,29 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             };
             nodes.push(NumaNode { id, cpus });
         }
-        Ok(nodes)
+        let mut distances = Vec::new();
+        if !nodes.iter().any(|n| !n.cpus.is_empty()) {
+            return Ok((nodes, distances));
+        }
+        let mut ids: Vec<u32> = nodes.iter().map(|n| n.id).collect();
+        ids.sort_unstable();
+        for node in nodes.iter().filter(|n| n.cpus.is_empty()) {
+            let path = format!("{DIR}/node{}/distance", node.id);
+            let Some(row) = self
+                .fs
+                .read(&path, MAX_FILE_BYTES)?
+                .and_then(|bytes| parse::distance_row(&bytes))
+                .filter(|row| row.len() == ids.len())
+            else {
+                continue;
+            };
+            distances.extend(ids.iter().zip(row).map(|(&to, distance)| NumaDistance {
+                from: node.id,
+                to,
+                distance,
+            }));
+        }
+        Ok((nodes, distances))
     }
 
     /// Physical cores: from /proc/cpuinfo when it vouches for them, else from sysfs.

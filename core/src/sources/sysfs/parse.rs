@@ -100,6 +100,14 @@ pub fn pci_uevent(bytes: &[u8]) -> Result<Option<PciIds>, ParseError> {
     }))
 }
 
+/// A NUMA node's `distance` row: space-separated distances, one per node in id order.
+/// `None` when it is empty or not all numbers.
+pub fn distance_row(bytes: &[u8]) -> Option<Vec<u32>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let row: Option<Vec<u32>> = text.split_whitespace().map(|d| d.parse().ok()).collect();
+    row.filter(|r| !r.is_empty())
+}
+
 /// A `numa_node` attribute: a node id, or -1 when the platform does not say (VMs).
 pub fn numa_node(bytes: &[u8]) -> Result<Option<u32>, ParseError> {
     let t = text(bytes);
@@ -329,6 +337,9 @@ mod tests {
         assert!(pci_id(b"").is_err());
         assert_eq!(pci_class(b"0x030200\n"), Ok(0x030200));
         assert!(pci_class(b"0x1030200").is_err());
+        assert_eq!(distance_row(b"10 20 80\n"), Some(vec![10, 20, 80]));
+        assert_eq!(distance_row(b"\n"), None);
+        assert_eq!(distance_row(b"10 x\n"), None);
         assert_eq!(numa_node(b"-1\n"), Ok(None));
         assert_eq!(numa_node(b"1\n"), Ok(Some(1)));
         assert!(numa_node(b"abc\n").is_err());
