@@ -77,6 +77,55 @@ const FILES: &[(&str, &str)] = &[
         "BM.GPU.H200.8",
         include_str!("../catalog/bm.gpu.h200.8.toml"),
     ),
+    ("p5e.48xlarge", include_str!("../catalog/p5e.48xlarge.toml")),
+    (
+        "p5en.48xlarge",
+        include_str!("../catalog/p5en.48xlarge.toml"),
+    ),
+    (
+        "p6-b200.48xlarge",
+        include_str!("../catalog/p6-b200.48xlarge.toml"),
+    ),
+    (
+        "p6-b300.48xlarge",
+        include_str!("../catalog/p6-b300.48xlarge.toml"),
+    ),
+    (
+        "p6e-gb200.36xlarge",
+        include_str!("../catalog/p6e-gb200.36xlarge.toml"),
+    ),
+    (
+        "Standard_ND128isr_GB300_v6",
+        include_str!("../catalog/standard_nd128isr_gb300_v6.toml"),
+    ),
+    (
+        "Standard_ND128isr_NDR_GB200_v6",
+        include_str!("../catalog/standard_nd128isr_ndr_gb200_v6.toml"),
+    ),
+    (
+        "a3-megagpu-8g",
+        include_str!("../catalog/a3-megagpu-8g.toml"),
+    ),
+    (
+        "a4-highgpu-8g",
+        include_str!("../catalog/a4-highgpu-8g.toml"),
+    ),
+    (
+        "a4x-highgpu-4g",
+        include_str!("../catalog/a4x-highgpu-4g.toml"),
+    ),
+    (
+        "BM.GPU.B200.8",
+        include_str!("../catalog/bm.gpu.b200.8.toml"),
+    ),
+    (
+        "BM.GPU.GB200-v3.4",
+        include_str!("../catalog/bm.gpu.gb200-v3.4.toml"),
+    ),
+    (
+        "BM.GPU.GB300.4",
+        include_str!("../catalog/bm.gpu.gb300.4.toml"),
+    ),
 ];
 
 /// How deep `extends` may chain before it counts as a cycle.

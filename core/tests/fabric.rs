@@ -526,6 +526,8 @@ fn aws_p5_family_from_ids_when_product_name_missing() {
         (Some("p5e.48xlarge"), "aws-p5")
     );
     let d = detect(&p5(Some("p6-b200.48xlarge")));
+    assert_eq!(d.profile, "aws-p6");
+    let d = detect(&p5(Some("p9-x900.48xlarge")));
     assert_eq!(
         d.profile, "aws-efa",
         "unknown AWS family falls back to the generic EFA profile"

@@ -25,6 +25,8 @@ mod gpu_id {
     pub const H100_SXM: u16 = 0x2330;
     pub const H200_SXM: u16 = 0x2335;
     pub const B200: u16 = 0x2901;
+    pub const B300: u16 = 0x3182;
+    pub use crate::numa::c2c_gpu::{GB200, GB300, GB300_B};
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -318,6 +320,16 @@ fn infer(
                 Some(gpu_id::A100_80G) => found(s("Standard_ND96amsr_A100_v4"), "nda100v4", ""),
                 Some(gpu_id::H100_SXM) => found(s("Standard_ND96isr_H100_v5"), "ndv5", ""),
                 Some(gpu_id::H200_SXM) => found(s("Standard_ND96isr_H200_v5"), "ndv5", ""),
+                Some(gpu_id::GB200) => found(
+                    s("Standard_ND128isr_NDR_GB200_v6"),
+                    "nd-gb200-v6",
+                    " (Grace + GB200)",
+                ),
+                Some(gpu_id::GB300 | gpu_id::GB300_B) => found(
+                    s("Standard_ND128isr_GB300_v6"),
+                    "nd-gb300-v6",
+                    " (Grace + GB300)",
+                ),
                 // Vendor topology files carry class codes only; the NUMA layout still tells
                 // the two ND generations apart (A100 v4: 4 NUMA nodes, v5: 2).
                 None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 4 => found(
@@ -361,6 +373,11 @@ fn infer(
                     "a4",
                     " (ConnectX RoCE: GPUDirect RDMA over gIB)",
                 ),
+                (Some(gpu_id::GB200), _, 1..) => found(
+                    s("a4x-highgpu-4g"),
+                    "a4x",
+                    " (Grace + GB200, ConnectX RoCE: GPUDirect RDMA over gIB)",
+                ),
                 _ => {
                     evidence.push(format!("{describe}: no known GCP A3/A4 instance fits"));
                     (None, None)
@@ -384,6 +401,22 @@ fn infer(
                 ),
                 Some(gpu_id::H100_SXM) => found(s("BM.GPU.H100.8"), "oci-h100", ""),
                 Some(gpu_id::H200_SXM) => found(s("BM.GPU.H200.8"), "oci-h200", ""),
+                Some(gpu_id::B200) => found(s("BM.GPU.B200.8"), "oci-b200", ""),
+                // GB200-v3.4 has 8 ConnectX-8 functions; GB200.4 / v2.4 have 4 RDMA NICs
+                // (oci-hpc-oke by-shape doc @ 13dc0a1f), for which no profile is written.
+                Some(gpu_id::GB200) if rdma_functions >= 8 => found(
+                    s("BM.GPU.GB200-v3.4"),
+                    "oci-gb200-v3",
+                    " (Grace + GB200, 8 RDMA functions)",
+                ),
+                Some(gpu_id::GB200) => found(
+                    s("BM.GPU.GB200.4"),
+                    "oci-gb200",
+                    " (Grace + GB200, fewer than 8 RDMA functions)",
+                ),
+                Some(gpu_id::GB300 | gpu_id::GB300_B) => {
+                    found(s("BM.GPU.GB300.4"), "oci-gb300", " (Grace + GB300)")
+                }
                 // Hand-flattened vendor files (oci-hpc samples/gpu/topo-flattened*.xml)
                 // give bus ids and classes only. The AMD A100 shapes run NPS4 (GPUs on 4
                 // of 8 NUMA nodes; the Intel H100/H200 shapes have 2), and the CPUs per

@@ -69,6 +69,24 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../profiles/oci-h200.toml"),
     ),
     ("sockets.toml", include_str!("../../profiles/sockets.toml")),
+    ("aws-p6.toml", include_str!("../../profiles/aws-p6.toml")),
+    (
+        "azure-ndgbv6.toml",
+        include_str!("../../profiles/azure-ndgbv6.toml"),
+    ),
+    ("gcp-a4x.toml", include_str!("../../profiles/gcp-a4x.toml")),
+    (
+        "oci-b200.toml",
+        include_str!("../../profiles/oci-b200.toml"),
+    ),
+    (
+        "oci-gb200-v3.toml",
+        include_str!("../../profiles/oci-gb200-v3.toml"),
+    ),
+    (
+        "oci-gb300.toml",
+        include_str!("../../profiles/oci-gb300.toml"),
+    ),
 ];
 
 /// Keys the SPANK plugin owns per rank; a profile setting them would fight the binding.
