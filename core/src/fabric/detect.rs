@@ -25,7 +25,6 @@ mod gpu_id {
     pub const H100_SXM: u16 = 0x2330;
     pub const H200_SXM: u16 = 0x2335;
     pub const B200: u16 = 0x2901;
-    pub const B300: u16 = 0x3182;
     pub use crate::numa::c2c_gpu::{GB200, GB300, GB300_B};
 }
 
