@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{BM_GPU_H100_8, ND_H100_V5, check_step, machine, probe_whole_node, start};
+use common::{BM_GPU_H100_8, GB200_V3_4, ND_H100_V5, check_step, machine, probe_whole_node, start};
 use gpu_affinity_tests::{ClientOptions, ClusterBuilder, TaskPlugin};
 
 #[test]
@@ -65,4 +65,16 @@ fn prefer_on_a_sound_node_binds_like_strict() {
     };
     let out = probe_whole_node(&cluster, Some("prefer"), 8, &ClientOptions::default());
     check_step(&m, &out, "prefer", 2);
+}
+
+#[test]
+fn gb200_strict_binds_each_rank_to_its_grace_socket_and_two_roce_ports() {
+    // NVLink-C2C: no PCIe path ties a GPU to a NIC, so the NICs are the socket's; the
+    // management NICs and data-direct functions are never a rank's.
+    let m = machine(GB200_V3_4);
+    let Some(cluster) = start("gb200_strict", &m, ClusterBuilder::new()) else {
+        return;
+    };
+    let out = probe_whole_node(&cluster, Some("strict"), 4, &ClientOptions::default());
+    check_step(&m, &out, "strict", 2);
 }

@@ -823,6 +823,7 @@ fn two_cpu_test_machines_keep_the_layout_and_fold_the_cpus() {
     for (file, base) in [
         ("nd-h100-v5-2cpu.toml", "Standard_ND96isr_H100_v5"),
         ("bm-gpu-h100-8-2cpu.toml", "BM.GPU.H100.8"),
+        ("gb200-v3.4-2cpu.toml", "BM.GPU.GB200-v3.4"),
     ] {
         let small = test_machine(file);
         let big = machine(base).expect("base");

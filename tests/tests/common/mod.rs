@@ -19,6 +19,9 @@ use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, StepOutput, Tas
 pub const ND_H100_V5: &str = "nd-h100-v5-2cpu";
 /// OCI BM.GPU.H100.8 (two RoCE ports per GPU behind its PCIe switch), folded the same way.
 pub const BM_GPU_H100_8: &str = "bm-gpu-h100-8-2cpu";
+/// OCI BM.GPU.GB200-v3.4 (2 Grace sockets, 4 GB200 over NVLink-C2C, two RoCE ports per GPU
+/// on its socket, management and data-direct look-alikes), folded the same way.
+pub const GB200_V3_4: &str = "gb200-v3.4-2cpu";
 
 /// A test machine as the plugin will read it back from its sysfs fixture.
 pub fn machine(name: &str) -> Machine {
