@@ -47,8 +47,8 @@ fn find_derived<'a>(dc: &'a Value, name: &str) -> Option<&'a Value> {
 }
 
 /// Catalog machines the JSON compilation does not cover; their facts come from
-/// derived/current-gen-instances.md and are checked by `current_gen_machines_agree_with_
-/// their_sources` (core/src/catalog/tests_current_gen.rs).
+/// derived/current-gen-instances.md; the two with live data files are checked against them
+/// by `grace_machines_agree_with_the_dranet_slices`.
 const CURRENT_GEN_ONLY: &[&str] = &[
     "p6-b300.48xlarge",
     "p6e-gb200.36xlarge",
@@ -613,8 +613,8 @@ fn catalog_agrees_with_derived_groups_and_pairs() {
         }
     }
     // Every machine had at least one pairing shape checked, except those whose JSON entry
-    // has counts only: their pairing facts are in current-gen-instances.md and checked by
-    // `current_gen_machines_agree_with_their_sources`.
+    // has counts only: their pairing facts are in current-gen-instances.md (cited in each
+    // entry, with the guesses marked SYNTHETIC).
     let counts_only = [
         "p5e.48xlarge",
         "p5en.48xlarge",
@@ -1008,4 +1008,68 @@ fn extends_errors_point_into_the_base_machine() {
         e.contains("[cpu]") && e.contains("different NUMA nodes"),
         "{e}"
     );
+}
+
+/// (PCI address, NUMA node) of every device a dranet ResourceSlice dump lists: the
+/// `dra.net/pciAddress` / `resource.kubernetes.io/pciBusID` value, and the
+/// `dra.net/numaNode` that follows it within the same device, if any.
+fn slice_devices(rel: &str) -> Vec<(PciAddr, Option<u32>)> {
+    let text = read_shared(rel);
+    let mut out: Vec<(PciAddr, Option<u32>)> = Vec::new();
+    let mut numa: Option<u32> = None;
+    let mut key = "";
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("- name:") || t.starts_with("- attributes:") {
+            numa = None;
+        }
+        if t.ends_with(':') {
+            key = t;
+            continue;
+        }
+        let value = t.split_once(':').map(|(_, v)| v.trim().trim_matches('"'));
+        match (key, value) {
+            ("dra.net/numaNode:", Some(v)) => {
+                numa = v.parse().ok();
+                if let Some(last) = out.last_mut().filter(|l| l.1.is_none()) {
+                    last.1 = numa;
+                }
+            }
+            ("dra.net/pciAddress:" | "resource.kubernetes.io/pciBusID:", Some(v)) => {
+                out.push((addr(v), numa));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// OCI BM.GPU.GB200-v3.4 and Azure ND GB300 v6, fact by fact against the live slices in
+/// shared/topologies/dranet: every GPU and fabric NIC address, each NIC's NUMA node, and the
+/// GPUs' NUMA nodes by the PCI-domain rule the slices' headers state.
+#[test]
+fn grace_machines_agree_with_the_dranet_slices() {
+    let profiles = crate::fabric::profiles::Profiles::builtin();
+    for (name, stem) in [
+        ("BM.GPU.GB200-v3.4", "oci-BM.GPU.GB200-v3.4"),
+        ("Standard_ND128isr_GB300_v6", "azure-ND128isr_GB300_v6"),
+    ] {
+        let m = machine(name).expect("machine");
+        let gpus = slice_devices(&format!("dranet/{stem}.resourceslice-gpu.yaml"));
+        let have: BTreeSet<PciAddr> = m.gpus.iter().map(|g| g.pci).collect();
+        let want: BTreeSet<PciAddr> = gpus.iter().map(|(a, _)| *a).collect();
+        assert_eq!(have, want, "{name}: GPU addresses");
+        for g in &want {
+            let socket = u32::from(g.domain >= 0x10);
+            assert_eq!(m.numa_of(*g), Some(socket), "{name}: GPU {g} socket");
+        }
+        let nics = slice_devices(&format!("dranet/{stem}.resourceslice-dranet.yaml"));
+        let fabric = crate::fabric::fabric_nics(&m, &profiles);
+        let have: BTreeSet<PciAddr> = fabric.iter().map(|n| n.pci).collect();
+        let want: BTreeSet<PciAddr> = nics.iter().map(|(a, _)| *a).collect();
+        assert_eq!(have, want, "{name}: fabric NIC addresses");
+        for (nic, numa) in &nics {
+            assert_eq!(m.numa_of(*nic), *numa, "{name}: NIC {nic} NUMA node");
+        }
+    }
 }
