@@ -17,3 +17,4 @@ pub mod model;
 pub mod pci;
 pub mod solver;
 pub mod sources;
+pub mod trust;

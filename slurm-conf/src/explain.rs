@@ -10,6 +10,7 @@ use gpu_affinity::fabric::{self, StepFabric, StepInputs, profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{self, Mode, Plan, StepRequest};
+use gpu_affinity::trust;
 
 use crate::machine_source::MachineArgs;
 use crate::{CliError, emit};
@@ -44,7 +45,7 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     profiles_dir: Option<PathBuf>,
     /// The uid the config and profiles must belong to (tests; root otherwise).
-    #[arg(long, value_name = "UID", default_value_t = config::ROOT, hide = true)]
+    #[arg(long, value_name = "UID", default_value_t = trust::ROOT, hide = true)]
     trusted_owner: u32,
 }
 

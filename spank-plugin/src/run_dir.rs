@@ -12,7 +12,7 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use gpu_affinity::config::check_trusted;
+use gpu_affinity::trust::check_trusted;
 
 /// The generated NCCL topology file's name inside the step directory.
 pub const TOPOLOGY_FILE: &str = "nccl-topo.xml";

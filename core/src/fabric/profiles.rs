@@ -12,8 +12,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::template::{self, Scope};
-use crate::config::{self, TrustError};
 use crate::model::{Machine, Nic, NicKind};
+use crate::trust::{self, TrustError};
 
 /// The directory front ends read admin profiles from by default.
 pub const DEFAULT_PROFILE_DIR: &str = "/etc/gpu-affinity/profiles.d";
@@ -597,8 +597,8 @@ pub fn load(files: &[(String, String)]) -> Result<Profiles, ProfileError> {
 /// owns the files: root-side callers use [`load_trusted`].
 pub fn read_profile_dir(dir: &Path) -> Result<Vec<(String, String)>, ProfileError> {
     read_dir_with(dir, &|path| {
-        config::open_regular(path)
-            .and_then(|file| config::read_bounded_text(file, MAX_PROFILE_BYTES))
+        trust::open_regular(path)
+            .and_then(|file| trust::read_bounded_text(file, MAX_PROFILE_BYTES))
             .map_err(|e| ProfileError::Read {
                 path: path.display().to_string(),
                 message: e.to_string(),
@@ -623,11 +623,11 @@ pub fn load_trusted(dir: &Path, owner: u32) -> Result<Profiles, ProfileError> {
             .into());
         }
         Ok(meta) => {
-            config::check_trusted(&meta, "profiles directory", dir, owner)?;
+            trust::check_trusted(&meta, "profiles directory", dir, owner)?;
             // The directory is root's alone, so the files listed now are the files read;
             // each is still checked through the handle its bytes come from.
             files.extend(read_dir_with(dir, &|path| {
-                Ok(config::read_trusted_text(
+                Ok(trust::read_trusted_text(
                     path,
                     "profile",
                     owner,
@@ -864,17 +864,17 @@ mod tests {
     fn a_fifo_named_like_a_profile_is_refused_without_blocking() {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("site.toml");
-        config::fifo::make(&fifo);
+        trust::fifo::make(&fifo);
         let d = dir.path().to_path_buf();
         // Listed as a profile only when it is a file; read through the non-blocking opener
         // either way, which refuses it.
-        let files = config::fifo::returns(&fifo, move || read_profile_dir(&d)).unwrap();
+        let files = trust::fifo::returns(&fifo, move || read_profile_dir(&d)).unwrap();
         assert!(files.is_empty(), "{files:?}");
-        let err = config::fifo::returns(&fifo, {
+        let err = trust::fifo::returns(&fifo, {
             let fifo = fifo.clone();
             move || {
-                config::open_regular(&fifo)
-                    .and_then(|f| config::read_bounded_text(f, MAX_PROFILE_BYTES))
+                trust::open_regular(&fifo)
+                    .and_then(|f| trust::read_bounded_text(f, MAX_PROFILE_BYTES))
             }
         })
         .expect_err("a FIFO");

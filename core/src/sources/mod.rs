@@ -275,7 +275,7 @@ pub fn read_topology_file(path: &Path) -> Result<Machine, TopologyError> {
     };
     // Non-blocking and regular files only: a FIFO at a profile's path must not hang the
     // step's launch.
-    let file = crate::config::open_regular(path).map_err(io_err)?;
+    let file = crate::trust::open_regular(path).map_err(io_err)?;
     let mut bytes = Vec::new();
     file.take(MAX_TOPOLOGY_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -318,9 +318,9 @@ mod tests {
     fn a_fifo_at_a_topology_path_is_refused_without_blocking() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("topo.xml");
-        crate::config::fifo::make(&path);
+        crate::trust::fifo::make(&path);
         let p = path.clone();
-        let err = crate::config::fifo::returns(&path, move || read_topology_file(&p))
+        let err = crate::trust::fifo::returns(&path, move || read_topology_file(&p))
             .expect_err("a FIFO is no topology");
         assert!(
             err.to_string().contains("not a regular file (a FIFO)"),

@@ -103,36 +103,24 @@ fn open_dir(base: impl AsFd, path: &str) -> io::Result<OwnedFd> {
 
 /// Open a file below `base` for reading; `Ok(None)` when it does not exist.
 ///
-/// O_NONBLOCK: a FIFO planted under a sysfs root (a fixture tree, a replayed dump) would
-/// otherwise block open(2) until a writer came, hanging the step's launch (Invariant 4).
-/// Then only a regular file is read: sysfs attributes and the procfs files discovery
+/// Through [`crate::trust::open_regular_at`], the rule every reader of the suite keeps:
+/// a FIFO planted under a sysfs root (a fixture tree, a replayed dump) must not block
+/// the step's launch (Invariant 4), and sysfs attributes and the procfs files discovery
 /// reads are regular files, so anything else (a FIFO, a character device such as
 /// /dev/zero) means the tree is not what it claims, and is an error naming the path.
-fn open_file_at(base: impl AsFd, path: &str) -> io::Result<Option<OwnedFd>> {
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::openat(base, path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(e) => {
-            let e = io::Error::from(e);
-            return if is_absent(&e) { Ok(None) } else { Err(e) };
-        }
-    };
-    let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
-    if kind != rustix::fs::FileType::RegularFile {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("not a regular file ({kind:?})"),
-        ));
+fn open_file_at(base: impl AsFd, path: &str) -> io::Result<Option<std::fs::File>> {
+    match crate::trust::open_regular_at(base, path) {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if is_absent(&e) => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(Some(fd))
 }
 
 /// Read a whole file opened relative to `base`; `Ok(None)` when it does not exist.
 fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    let Some(fd) = open_file_at(base, path)? else {
+    let Some(mut file) = open_file_at(base, path)? else {
         return Ok(None);
     };
-    let mut file = std::fs::File::from(fd);
     // One read() answers a sysfs attribute or small procfs file in full, and a regular
     // file reads short only at its end; so a read that leaves room in the buffer is the
     // whole file. This halves the system calls of discovery.
@@ -330,7 +318,7 @@ impl FsReader for RootDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::fifo;
+    use crate::trust::fifo;
 
     #[test]
     fn attributes_that_are_not_regular_files_are_errors_not_hangs() {
