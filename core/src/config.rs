@@ -286,7 +286,7 @@ fn force_problem(key: &str, earlier: &[String]) -> Option<&'static str> {
         && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !name_ok {
         Some("an environment variable name such as NCCL_IB_HCA")
-    } else if crate::fabric::profiles::plugin_owned(key) {
+    } else if crate::plugin_env::plugin_owned(key) {
         Some("a fabric variable; the plugin always sets this one per rank")
     } else if earlier.iter().any(|k| k == key) {
         Some("each variable listed once")
@@ -421,6 +421,10 @@ mod tests {
             ),
             (
                 "[fabric]\nforce = [\"CUDA_VISIBLE_DEVICES\"]\n",
+                "the plugin always sets this one",
+            ),
+            (
+                "[fabric]\nforce = [\"CUDA_DEVICE_ORDER\"]\n",
                 "the plugin always sets this one",
             ),
             (

@@ -15,6 +15,7 @@ pub mod cpuset;
 pub mod fabric;
 pub mod model;
 pub mod pci;
+pub mod plugin_env;
 pub mod solver;
 pub mod sources;
 pub mod trust;

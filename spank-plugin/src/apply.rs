@@ -5,6 +5,7 @@
 //! kernel without the planned NUMA node can silently narrow what was set.
 
 use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::plugin_env;
 use gpu_affinity::solver::{RankPlan, Violation};
 
 use crate::fabric_env;
@@ -277,11 +278,14 @@ pub fn rank_env(
     let mut env = Vec::new();
     let mut set = |k: &str, v: String| env.push((k.to_string(), v));
     let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
-    set("CUDA_VISIBLE_DEVICES", cuda.join(","));
-    set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
-    set("GPU_AFFINITY_MODE", step.resolved.choice.to_string());
+    set(plugin_env::CUDA_VISIBLE_DEVICES, cuda.join(","));
+    set(plugin_env::CUDA_DEVICE_ORDER, "PCI_BUS_ID".to_string());
     set(
-        "GPU_AFFINITY_GPUS",
+        plugin_env::GPU_AFFINITY_MODE,
+        step.resolved.choice.to_string(),
+    );
+    set(
+        plugin_env::GPU_AFFINITY_GPUS,
         rank.gpus
             .iter()
             .map(|g| g.to_string())
@@ -289,15 +293,15 @@ pub fn rank_env(
             .join(","),
     );
     set(
-        "GPU_AFFINITY_NICS",
+        plugin_env::GPU_AFFINITY_NICS,
         rank.nics
             .iter()
             .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
             .collect::<Vec<_>>()
             .join(","),
     );
-    set("GPU_AFFINITY_CPUS", cpus.to_string());
-    set("GPU_AFFINITY_MEMS", list(mems));
+    set(plugin_env::GPU_AFFINITY_CPUS, cpus.to_string());
+    set(plugin_env::GPU_AFFINITY_MEMS, list(mems));
     let index = step
         .plan
         .ranks

@@ -877,6 +877,16 @@ fn device_confinement_keeps_local_ids() {
     assert_eq!(t.var("GPU_AFFINITY_MODE").as_deref(), Some("prefer"));
 }
 
+/// The plugin's own variables are exactly the core's owned table, so no profile or
+/// `force` can override one of them (CUDA_DEVICE_ORDER was missing from it once).
+#[test]
+fn every_variable_the_plugin_sets_is_in_the_owned_table() {
+    let step = step_plan(Choice::Strict, false, ["2", "3"]);
+    let env = crate::apply::rank_env(&step, &step.plan.ranks[0], &cpus("1"), &[1]);
+    let keys: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, gpu_affinity::plugin_env::PLUGIN_VARS);
+}
+
 #[test]
 fn a_replayed_topology_reports_missing_numa_nodes_as_not_applied() {
     // The kernel has node 0 only; the plan wants node 1.

@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::template::{self, Scope};
 use crate::model::{Machine, Nic, NicKind};
+use crate::plugin_env::plugin_owned;
 use crate::trust::{self, TrustError};
 
 /// The directory front ends read admin profiles from by default.
@@ -70,14 +71,6 @@ const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("sockets.toml", include_str!("../../profiles/sockets.toml")),
 ];
-
-/// Keys the SPANK plugin owns per rank; a profile setting them would fight the binding.
-const PLUGIN_OWNED: &[&str] = &["CUDA_VISIBLE_DEVICES", "GPU_AFFINITY_"];
-
-/// True for a variable the plugin sets per rank itself (no profile or `force` may).
-pub fn plugin_owned(key: &str) -> bool {
-    PLUGIN_OWNED.iter().any(|p| key.starts_with(p))
-}
 
 /// An admin profile file is a page of TOML; anything near this is not one.
 const MAX_PROFILE_BYTES: u64 = 1 << 20;
@@ -836,6 +829,13 @@ mod tests {
         let msg = parse_profile("c.toml", text).unwrap_err().to_string();
         assert!(
             msg.starts_with("profile c.toml:4: CUDA_VISIBLE_DEVICES is set per rank"),
+            "{msg}"
+        );
+
+        let text = "description = \"x\"\n[match]\n[[env]]\nkey = \"CUDA_DEVICE_ORDER\"\nvalue = \"FASTEST_FIRST\"\nsource = \"s\"\n";
+        let msg = parse_profile("o.toml", text).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("profile o.toml:4: CUDA_DEVICE_ORDER is set per rank"),
             "{msg}"
         );
     }
