@@ -142,7 +142,10 @@ fn placement_gives_the_same_plans_and_fabric_env_as_full_on_every_catalog_machin
                     .unwrap_or_else(|e| panic!("{name}: links: {e}"));
                 assert_eq!(completed.pci, full.pci, "{name}: links read back");
                 assert_eq!(
-                    &topo_xml::render(&completed),
+                    &topo_xml::render(
+                        &completed,
+                        &gpu_affinity::fabric::fabric_nics(&completed, &Profiles::builtin())
+                    ),
                     xml,
                     "{name}: generated topology"
                 );

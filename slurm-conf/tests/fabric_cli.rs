@@ -413,7 +413,7 @@ fn the_vendor_topology_file_is_read_under_the_sysfs_root() {
     let vendor_file = vendor_dir.join("ndv5-topo.xml");
     std::fs::write(
         &vendor_file,
-        gpu_affinity::fabric::topo_xml::render(&machine),
+        gpu_affinity::fabric::topo_xml::render(&machine, &machine.fabric_nics()),
     )
     .expect("write");
 
@@ -442,7 +442,7 @@ fn the_vendor_topology_file_is_read_under_the_sysfs_root() {
     swapped.numa_nodes[1].cpus = a;
     std::fs::write(
         &vendor_file,
-        gpu_affinity::fabric::topo_xml::render(&swapped),
+        gpu_affinity::fabric::topo_xml::render(&swapped, &swapped.fabric_nics()),
     )
     .expect("write");
     let json = explain();

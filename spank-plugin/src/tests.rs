@@ -1503,7 +1503,16 @@ fn azure_gets_a_generated_nccl_topology_that_describes_the_node() {
     // The placement read left the links out; the file still carries them, as a full read
     // of the node would give them.
     assert_eq!(node.os.link_reads.get(), 1);
-    assert_eq!(text, gpu_affinity::fabric::topo_xml::render(&node.machine));
+    assert_eq!(
+        text,
+        gpu_affinity::fabric::topo_xml::render(
+            &node.machine,
+            &gpu_affinity::fabric::fabric_nics(
+                &node.machine,
+                &gpu_affinity::fabric::profiles::Profiles::builtin()
+            )
+        )
+    );
     assert!(text.contains("link_speed=\"32.0 GT/s PCIe\""), "{text}");
     // NCCL reads back the node it was written from: the same GPUs and fabric NICs.
     let parsed = gpu_affinity::sources::nccl_xml::parse(&text).expect("NCCL topology XML");

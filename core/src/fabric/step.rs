@@ -82,7 +82,7 @@ pub fn step_fabric(machine: &Machine, plan: &Plan, inputs: &StepInputs<'_>) -> S
         .node
         .get("NCCL_TOPO_FILE")
         .filter(|v| v.to_export() && v.value == inputs.generated_topology_path)
-        .map(|_| topo_xml::render(machine));
+        .map(|_| topo_xml::render(machine, &profile.fabric_nics(machine)));
     StepFabric {
         detection,
         env,
