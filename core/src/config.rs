@@ -50,9 +50,7 @@ impl Choice {
     pub fn parse(word: &str) -> Option<Choice> {
         match word {
             "off" => Some(Choice::Off),
-            "prefer" => Some(Choice::Prefer),
-            "strict" => Some(Choice::Strict),
-            _ => None,
+            word => Mode::parse(word).map(Choice::from),
         }
     }
 
@@ -74,34 +72,19 @@ impl Choice {
     }
 }
 
+/// A solver mode as a choice; for `enforce`, the lowest choice a step may run with.
+impl From<Mode> for Choice {
+    fn from(mode: Mode) -> Choice {
+        match mode {
+            Mode::Prefer => Choice::Prefer,
+            Mode::Strict => Choice::Strict,
+        }
+    }
+}
+
 impl fmt::Display for Choice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// The admin's floor (`enforce`): users may raise the mode, never lower it below this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Floor {
-    Prefer,
-    Strict,
-}
-
-impl Floor {
-    pub fn parse(word: &str) -> Option<Floor> {
-        match word {
-            "prefer" => Some(Floor::Prefer),
-            "strict" => Some(Floor::Strict),
-            _ => None,
-        }
-    }
-
-    /// The lowest mode a step may run with.
-    pub fn choice(self) -> Choice {
-        match self {
-            Floor::Prefer => Choice::Prefer,
-            Floor::Strict => Choice::Strict,
-        }
     }
 }
 
@@ -117,7 +100,8 @@ pub struct Config {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PluginConfig {
     pub default: Option<Choice>,
-    pub enforce: Option<Floor>,
+    /// The admin's floor: users may raise the mode, never lower it below this.
+    pub enforce: Option<Mode>,
     /// Absolute.
     pub sysfs_root: Option<PathBuf>,
     /// Absolute.
@@ -234,9 +218,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         .plugin
         .enforce
         .as_ref()
-        .map(|v| {
-            word(v, Floor::parse).ok_or_else(|| bad("[plugin] enforce", v, "prefer or strict"))
-        })
+        .map(|v| word(v, Mode::parse).ok_or_else(|| bad("[plugin] enforce", v, "prefer or strict")))
         .transpose()?;
     let dir = |key: &str, value: &Option<Spanned<String>>| {
         value
@@ -370,7 +352,7 @@ mod tests {
             Config {
                 plugin: PluginConfig {
                     default: Some(Choice::Prefer),
-                    enforce: Some(Floor::Strict),
+                    enforce: Some(Mode::Strict),
                     sysfs_root: Some("/srv/topo".into()),
                     run_dir: Some("/srv/run".into()),
                 },
@@ -526,7 +508,9 @@ mod tests {
     #[test]
     fn floor_and_choice_order() {
         assert!(Choice::Off < Choice::Prefer && Choice::Prefer < Choice::Strict);
-        assert_eq!(Floor::Strict.choice(), Choice::Strict);
+        assert_eq!(Choice::from(Mode::Strict), Choice::Strict);
+        assert_eq!(Choice::parse("prefer"), Some(Choice::Prefer));
+        assert_eq!(Choice::parse("off"), Some(Choice::Off));
         assert_eq!(Choice::Prefer.solver_mode(), Some(Mode::Prefer));
         assert_eq!(Choice::Off.solver_mode(), None);
         assert_eq!(Choice::Strict.to_string(), "strict");

@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use gpu_affinity::config::{self, Config};
 use gpu_affinity::cpuset::CpuSet;
-use gpu_affinity::fabric::{self, StepFabric, StepInputs, profiles};
+use gpu_affinity::fabric::{self, FabricDecision, StepInputs, profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{self, Mode, Plan, StepRequest};
@@ -31,8 +31,8 @@ pub struct Args {
     /// GPUs per task; default the GPUs divided evenly among the tasks.
     #[arg(long, value_name = "N")]
     gpus_per_task: Option<u32>,
-    #[arg(long, value_enum, default_value_t = ModeArg::Strict)]
-    mode: ModeArg,
+    #[arg(long, value_parser = mode_word, default_value = "strict")]
+    mode: Mode,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -77,10 +77,9 @@ struct Report<'a> {
     topology: Option<&'a fabric::topo::TopoDecision>,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ModeArg {
-    Strict,
-    Prefer,
+/// `--mode`: the solver's own words, the ones `enforce` takes.
+fn mode_word(word: &str) -> Result<Mode, String> {
+    Mode::parse(word).ok_or_else(|| format!("'{word}': expected strict or prefer"))
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
@@ -141,7 +140,7 @@ fn fabric_for(
     config: &Config,
     profiles: &profiles::Profiles,
     root: &Path,
-) -> StepFabric {
+) -> FabricDecision {
     let existing = |key: &str| std::env::var(key).ok();
     // Looked up under the sysfs root, as the plugin does: a fixture tree carries its own
     // node's vendor file.
@@ -182,10 +181,7 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
     if tasks == 0 {
         return Err(CliError("--tasks must be at least 1".into()));
     }
-    let mode = match args.mode {
-        ModeArg::Strict => Mode::Strict,
-        ModeArg::Prefer => Mode::Prefer,
-    };
+    let mode = args.mode;
     Ok(StepRequest {
         gpus,
         cpus,
@@ -298,7 +294,7 @@ fn render_table(plan: &Plan) -> String {
 }
 
 /// Detection with its evidence, then the environment split into node-wide and per-rank.
-fn render_fabric(fabric: &StepFabric) -> String {
+fn render_fabric(fabric: &FabricDecision) -> String {
     let d = &fabric.detection;
     let mut out = format!(
         "vendor {} instance {} profile {}\n",

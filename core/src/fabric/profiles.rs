@@ -102,7 +102,7 @@ pub enum ProfileError {
 /// How a value combines with what the task already has.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SetMode {
+pub enum Combine {
     /// Export the value unless the user set the variable (or the admin forces it).
     #[default]
     Set,
@@ -118,7 +118,8 @@ pub struct Var {
     /// A template (see [`template`]).
     pub value: String,
     pub scope: Scope,
-    pub mode: SetMode,
+    /// `mode` in the file.
+    pub combine: Combine,
     /// Where the value comes from: vendor repository path (with commit) or doc URL.
     pub source: String,
     /// True when the value was checked against `source`.
@@ -406,7 +407,7 @@ struct VarDoc {
     #[serde(default)]
     scope: Scope,
     #[serde(default)]
-    mode: SetMode,
+    mode: Combine,
     source: toml::Spanned<String>,
     #[serde(default)]
     verified: bool,
@@ -539,7 +540,7 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
             key,
             value: v.value.into_inner(),
             scope: v.scope,
-            mode: v.mode,
+            combine: v.mode,
             source: v.source.into_inner().trim().to_string(),
             verified: v.verified,
             topology_check: v.topology_check,
@@ -710,7 +711,7 @@ mod tests {
              //! `fabric::profiles::tests::pre_parsed_builtins_match_the_embedded_files`\n\
              //! (`GPU_AFFINITY_REGENERATE=1`); do not edit. The test also checks that these\n\
              //! equal parsing the embedded files, so the plugin need not parse TOML per step.\n\n\
-             use super::profiles::{{FabricFilter, MatchRules, {}Profile, SetMode, Var}};\n\
+             use super::profiles::{{FabricFilter, MatchRules, {}Profile, Combine, Var}};\n\
              use super::template::Scope;\n\
              use crate::model::NicKind;\n\n\
              pub(super) fn profiles() -> Vec<Profile> {{\n    vec![\n",
@@ -756,8 +757,8 @@ mod tests {
             for v in &p.vars {
                 let _ = write!(
                     out,
-                    "                Var {{\n                    key: {:?}.into(),\n                    value: {:?}.into(),\n                    scope: Scope::{:?},\n                    mode: SetMode::{:?},\n                    source: {:?}.into(),\n                    verified: {},\n                    topology_check: {},\n                    line: {},\n                }},\n",
-                    v.key, v.value, v.scope, v.mode, v.source, v.verified, v.topology_check, v.line
+                    "                Var {{\n                    key: {:?}.into(),\n                    value: {:?}.into(),\n                    scope: Scope::{:?},\n                    combine: Combine::{:?},\n                    source: {:?}.into(),\n                    verified: {},\n                    topology_check: {},\n                    line: {},\n                }},\n",
+                    v.key, v.value, v.scope, v.combine, v.source, v.verified, v.topology_check, v.line
                 );
             }
             out.push_str("            ],\n        },\n");

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::profiles::{Profile, SetMode};
+use super::profiles::{Combine, Profile};
 use super::template::{self, Scope};
 use super::topo::TopoDecision;
 use crate::model::{Machine, Nic};
@@ -157,8 +157,8 @@ pub fn render_env(
                 forced,
             },
         };
-        match (existing(key), var.mode) {
-            (Some(user), SetMode::Prepend) if !user.is_empty() => {
+        match (existing(key), var.combine) {
+            (Some(user), Combine::Prepend) if !user.is_empty() => {
                 if user.split(':').any(|p| p == value) {
                     EnvValue {
                         value: user,
