@@ -14,7 +14,7 @@
 //! [`topo`] decides whether a vendor NCCL topology file fits the live node, and
 //! [`topo_xml`] writes one from the model when it does not.
 
-mod detect;
+pub mod detect;
 pub mod profiles;
 mod render;
 mod step;

@@ -7,6 +7,7 @@ use super::super::template::{self, Scope};
 use super::{
     Combine, FabricFilter, MatchRules, PciIdPattern, Profile, ProfileError, Profiles, Var,
 };
+use crate::fabric::{Vendor, detect};
 use crate::model::NicKind;
 use crate::plugin_env::plugin_owned;
 
@@ -41,7 +42,7 @@ struct FileDoc {
 struct RulesDoc {
     vendor: Option<toml::Spanned<String>>,
     #[serde(default)]
-    family: Vec<String>,
+    family: Vec<toml::Spanned<String>>,
     #[serde(default)]
     instance: Vec<String>,
     #[serde(default)]
@@ -82,16 +83,12 @@ fn line_of(text: &str, offset: usize) -> usize {
         .map_or(1, |t| t.matches('\n').count() + 1)
 }
 
+/// A `[match] fabric` entry: a NIC kind, or `none` for "no fabric NIC at all".
 fn kind_from(text: &str) -> Option<Option<NicKind>> {
-    Some(match text {
-        "infiniband" => Some(NicKind::Infiniband),
-        "roce" => Some(NicKind::Roce),
-        "efa" => Some(NicKind::Efa),
-        "gvnic" => Some(NicKind::Gvnic),
-        "ethernet" => Some(NicKind::Ethernet),
-        "none" => None,
-        _ => return None,
-    })
+    match text {
+        "none" => Some(None),
+        kind => NicKind::parse(kind).map(Some),
+    }
 }
 
 /// Parse one profile file. `file` names it in errors.
@@ -120,20 +117,36 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
     };
     let vendor = match &doc.rules.vendor {
         Some(v) => {
-            let name = v.get_ref().to_ascii_lowercase();
-            if !["aws", "azure", "gcp", "oci", "unknown"].contains(&name.as_str()) {
+            let Some(vendor) = Vendor::parse(v.get_ref()) else {
                 return Err(at(
                     v.span().start,
                     format!(
-                        "unknown vendor {:?}: expected aws, azure, gcp, oci or unknown",
-                        v.get_ref()
+                        "unknown vendor {:?}: expected {}",
+                        v.get_ref(),
+                        Vendor::expected()
                     ),
                 ));
-            }
-            Some(name)
+            };
+            Some(vendor.as_str().to_string())
         }
         None => None,
     };
+    // A family detection never names would silently never match (`ndv6` for `ndv5`).
+    // AWS families come from the DMI product name too, so an AWS profile may name any.
+    if vendor.as_deref() != Some(Vendor::Aws.as_str()) {
+        for f in &doc.rules.family {
+            if !detect::family::ALL.contains(&f.get_ref().as_str()) {
+                return Err(at(
+                    f.span().start,
+                    format!(
+                        "unknown instance family {:?}: detection names {} (an AWS family from DMI needs vendor = \"aws\")",
+                        f.get_ref(),
+                        detect::family::ALL.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
     let fabric = doc
         .rules
         .fabric
@@ -143,8 +156,9 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
                 at(
                     s.span().start,
                     format!(
-                        "unknown fabric kind {:?}: expected infiniband, roce, efa, gvnic, ethernet or none",
-                        s.get_ref()
+                        "unknown fabric kind {:?}: expected {}, or none",
+                        s.get_ref(),
+                        NicKind::expected()
                     ),
                 )
             })
@@ -159,8 +173,9 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
             _ => Err(at(
                 s.span().start,
                 format!(
-                    "unknown NIC kind {:?}: expected infiniband, roce, efa, gvnic or ethernet",
-                    s.get_ref()
+                    "unknown NIC kind {:?}: expected {}",
+                    s.get_ref(),
+                    NicKind::expected()
                 ),
             )),
         })
@@ -218,7 +233,12 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
         priority: doc.priority,
         rules: MatchRules {
             vendor,
-            family: doc.rules.family,
+            family: doc
+                .rules
+                .family
+                .into_iter()
+                .map(toml::Spanned::into_inner)
+                .collect(),
             instance: doc.rules.instance,
             gpu: pci_ids(&doc.rules.gpu, "GPU")?,
             nic: pci_ids(&doc.rules.nic, "NIC")?,
@@ -269,6 +289,16 @@ mod tests {
         let text = "description = \"x\"\n[match]\nvendor = \"ibm\"\n";
         let msg = parse_profile("v.toml", text).unwrap_err().to_string();
         assert!(msg.starts_with("profile v.toml:3: unknown vendor"), "{msg}");
+
+        // A family detection never names is an error, not a profile that never matches.
+        let text = "description = \"x\"\n[match]\nvendor = \"azure\"\nfamily = [\"ndv6\"]\n";
+        let msg = parse_profile("f.toml", text).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("profile f.toml:4: unknown instance family \"ndv6\""),
+            "{msg}"
+        );
+        let text = "description = \"x\"\n[match]\nvendor = \"aws\"\nfamily = [\"p6-b200\"]\n";
+        parse_profile("aws.toml", text).expect("an AWS family from DMI");
 
         let text = "description = \"x\"\ncolour = 1\n[match]\n";
         let msg = parse_profile("u.toml", text).unwrap_err().to_string();
