@@ -18,4 +18,5 @@ pub mod pci;
 pub mod plugin_env;
 pub mod solver;
 pub mod sources;
+pub mod step_files;
 pub mod trust;

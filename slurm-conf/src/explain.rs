@@ -10,7 +10,7 @@ use gpu_affinity::fabric::{self, FabricDecision, StepInputs, profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{self, Mode, Plan, StepRequest};
-use gpu_affinity::trust;
+use gpu_affinity::{step_files, trust};
 
 use crate::machine_source::MachineArgs;
 use crate::{CliError, emit};
@@ -50,17 +50,17 @@ pub struct Args {
 }
 
 /// Where the plugin writes a generated NCCL topology file: its step directory under
-/// `run_dir` (spank-plugin/src/run_dir.rs), named after the job, step and slurmstepd.
+/// `run_dir`, named as the plugin names it, with the parts only a step knows left as
+/// placeholders.
 fn generated_topology_path(config: &Config) -> String {
     let run_dir = config
         .plugin
         .run_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(config::DEFAULT_RUN_DIR));
-    format!(
-        "{}/job<JOBID>.<STEPID>.<PID>/nccl-topo.xml",
-        run_dir.display()
-    )
+    step_files::topology_path(&run_dir, "<JOBID>", "<STEPID>", "<PID>")
+        .display()
+        .to_string()
 }
 
 /// explain's JSON: the plan's fields plus the fabric.

@@ -12,14 +12,19 @@ use std::io::{ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use gpu_affinity::step_files;
 use gpu_affinity::trust::check_trusted;
 
 /// The generated NCCL topology file's name inside the step directory.
-pub const TOPOLOGY_FILE: &str = "nccl-topo.xml";
+pub use gpu_affinity::step_files::TOPOLOGY_FILE;
 
-/// Where this step's files go on this node.
+/// Where this step's files go on this node (the name explain shows too).
 pub fn step_dir(run_dir: &Path, job_id: u32, step_id: u32) -> PathBuf {
-    run_dir.join(format!("job{job_id}.{step_id}.{}", std::process::id()))
+    run_dir.join(step_files::step_dir_name(
+        job_id,
+        step_id,
+        std::process::id(),
+    ))
 }
 
 /// Create `dir` (a child of `run_dir`) and write `name` in it; returns the file's path.
