@@ -68,8 +68,9 @@ pub fn step_env(
 ) -> StepFabric {
     let file = topology_dir.join(TOPOLOGY_FILE);
     let file_text = file.to_string_lossy().into_owned();
-    // Detection here sees the same machine and profiles as init_post_opt's, so it names
-    // the same file; nothing is read from disk now (user_init runs as the job user).
+    // Detection runs again here (and in fabric_nics) on the same machine and profiles as
+    // init_post_opt's, so it names the same file; nothing is read from disk now (user_init
+    // runs as the job user).
     let vendor_topology = |path: &str| {
         vendor
             .filter(|v| v.path == path)

@@ -1,7 +1,7 @@
 //! Fabric: which cloud and instance a node is, and the NCCL / libfabric / UCX
 //! environment its vendor publishes for it.
 //!
-//! Three pure steps, no I/O:
+//! Three pure steps (the only I/O is [`profiles`]' reader of the admin's directory):
 //! 1. [`detect`] reads the DMI identity and the GPU/NIC PCI ids of a [`Machine`] and names
 //!    the vendor, the instance type and the profile to use, with one evidence line per fact.
 //! 2. [`profiles`] holds the vendor profiles: TOML data files embedded in the binary,
