@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{ND_H100_V5, machine, start};
 use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder};
+use nix::sys::signal::Signal;
 
 const FORGED: &str = "error: FORGED LINE";
 
@@ -114,6 +115,24 @@ fn step_with_topology(cluster: &Cluster, run_dir: &Path) {
     );
 }
 
+/// [`step_with_topology`], then run_dir empties (its exit hook may still be running when
+/// srun returns, so within a bound).
+fn step_leaves_run_dir_empty(cluster: &Cluster, run_dir: &Path, what: &str) {
+    step_with_topology(cluster, run_dir);
+    let left = wait_for_dirs(run_dir, Duration::from_secs(10), <[PathBuf]>::is_empty);
+    assert!(
+        left.is_empty(),
+        "left after {what}: {left:?}{}",
+        cluster.log_tails()
+    );
+}
+
+fn signal(pid: u32, signal: Signal) {
+    let raw = i32::try_from(pid).expect("a pid fits i32");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), signal)
+        .unwrap_or_else(|e| panic!("kill -{signal} {pid}: {e}"));
+}
+
 #[test]
 fn run_dir_is_empty_after_a_step_and_after_a_killed_slurmstepd_once_the_next_step_ran() {
     let Some(mut cluster) = start(
@@ -128,16 +147,9 @@ fn run_dir_is_empty_after_a_step_and_after_a_killed_slurmstepd_once_the_next_ste
     cluster
         .write_plugstack_with(&[("run_dir", &shown)])
         .expect("plugstack");
-    let settle = Duration::from_secs(10);
 
     // A step that ends normally: its exit hook removes its directory.
-    step_with_topology(&cluster, &run_dir);
-    let left = wait_for_dirs(&run_dir, settle, <[PathBuf]>::is_empty);
-    assert!(
-        left.is_empty(),
-        "left after a step: {left:?}{}",
-        cluster.log_tails()
-    );
+    step_leaves_run_dir_empty(&cluster, &run_dir, "a step");
 
     // A step whose slurmstepd is killed with SIGKILL: no exit hook runs.
     let opts = ClientOptions::bounded(60);
@@ -166,7 +178,7 @@ fn run_dir_is_empty_after_a_step_and_after_a_killed_slurmstepd_once_the_next_ste
             cluster.log_tails()
         );
     };
-    let pid: i32 = stale
+    let pid: u32 = stale
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.rsplit('.').next())
@@ -179,18 +191,10 @@ fn run_dir_is_empty_after_a_step_and_after_a_killed_slurmstepd_once_the_next_ste
         "pid {pid} from {}",
         stale.display()
     );
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .expect("kill slurmstepd");
+    signal(pid, Signal::SIGKILL);
     // srun would wait for the dead step until its `timeout`: stop it (`timeout`
     // passes SIGTERM on to srun, which cancels the job).
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(killed.id()).expect("pid")),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("stop srun");
+    signal(killed.id(), Signal::SIGTERM);
     killed.wait().expect("srun ends");
     assert!(
         stale.is_dir(),
@@ -202,11 +206,5 @@ fn run_dir_is_empty_after_a_step_and_after_a_killed_slurmstepd_once_the_next_ste
     cluster
         .wait_idle(Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("after the killed step: {e}"));
-    step_with_topology(&cluster, &run_dir);
-    let left = wait_for_dirs(&run_dir, settle, <[PathBuf]>::is_empty);
-    assert!(
-        left.is_empty(),
-        "left after the next step: {left:?}{}",
-        cluster.log_tails()
-    );
+    step_leaves_run_dir_empty(&cluster, &run_dir, "the next step");
 }
