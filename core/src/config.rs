@@ -305,12 +305,18 @@ pub fn read_trusted(path: &Path, owner: u32) -> Result<Config, ConfigError> {
     parse(&text).map_err(|e| e.in_file(path))
 }
 
-/// The config file a program reads: the one it was told about, else `default` when
-/// that exists (no file at all means built-in defaults).
+/// The config file a program reads: the one it was told about (missing is then the
+/// reader's error), else `default` unless nothing at all is there (built-in defaults).
+/// Only a plain "not found" counts as absent: a dangling symlink or a directory the
+/// caller cannot search at the default path is read, and refused, rather than taken
+/// for "no config", which would silently drop the admin's `enforce`.
 pub fn locate(named: Option<&Path>, default: &Path) -> Option<PathBuf> {
     match named {
         Some(p) => Some(p.to_path_buf()),
-        None => default.exists().then(|| default.to_path_buf()),
+        None => match std::fs::symlink_metadata(default) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            _ => Some(default.to_path_buf()),
+        },
     }
 }
 
@@ -503,6 +509,12 @@ mod tests {
         assert_eq!(locate(None, &absent), None);
         let present = write(dir.path(), "", 0o644);
         assert_eq!(locate(None, &present), Some(present.clone()));
+        // Something is at the default path, if only a dangling symlink: it is read
+        // (and refused), never taken for "no config".
+        let dangling = dir.path().join("dangling.toml");
+        std::os::unix::fs::symlink(dir.path().join("gone.toml"), &dangling).expect("symlink");
+        assert_eq!(locate(None, &dangling), Some(dangling.clone()));
+        assert!(read_trusted(&dangling, uid()).is_err());
     }
 
     #[test]

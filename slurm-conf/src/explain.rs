@@ -90,7 +90,14 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let fabric_nics = fabric::fabric_nics(&machine, &profiles);
     let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
     let root = args.source.sysfs_root.as_deref().unwrap_or(Path::new("/"));
-    let fabric = fabric_for(&machine, &plan, &config, &profiles, root);
+    let fabric = fabric_for(
+        &machine,
+        &plan,
+        &config,
+        &profiles,
+        root,
+        args.trusted_owner,
+    );
     if args.json {
         let report = Report {
             plan: &plan,
@@ -140,12 +147,13 @@ fn fabric_for(
     config: &Config,
     profiles: &profiles::Profiles,
     root: &Path,
+    owner: u32,
 ) -> FabricDecision {
     let existing = |key: &str| std::env::var(key).ok();
     // Looked up under the sysfs root, as the plugin does: a fixture tree carries its own
-    // node's vendor file.
+    // node's vendor file; trust-checked like the plugin's.
     let vendor_topology = |path: &str| {
-        gpu_affinity::sources::read_topology_under(root, path)
+        gpu_affinity::sources::read_topology_under(root, path, owner)
             .ok()
             .flatten()
     };

@@ -145,7 +145,7 @@ pub fn read_node(
             }
         };
     let vendor_topology = topology_file(&machine, &profiles).map(|path| {
-        let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path);
+        let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path, settings.owner);
         if !matches!(
             topo::decide(&path, parsed.as_ref(), &machine),
             TopoDecision::Use { .. }

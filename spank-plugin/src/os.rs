@@ -130,8 +130,10 @@ impl Os for LiveOs {
     }
 
     fn task_stderr(&self, line: &str) {
-        // The task's stderr is the user's output; a failed write must not fail the task.
-        let _ = writeln!(std::io::stderr(), "{line}");
+        // Escaped like every log line, so a value quoted in a warning stays one line in
+        // the job's output too. The task's stderr is the user's output; a failed write
+        // must not fail the task.
+        let _ = writeln!(std::io::stderr(), "{}", crate::logger::printable(line));
     }
 }
 

@@ -218,6 +218,41 @@ fn init_fails_on_an_unknown_plugstack_key_naming_it() {
     assert!(host.registered.borrow().is_empty());
 }
 
+/// A config plugstack.conf names is the admin's: missing is a load error in every
+/// context that reads it (srun and sbatch included), never a silent fallback to defaults
+/// that would drop its `enforce`. Only the implicit default path may be absent, and only
+/// when nothing at all is there.
+#[test]
+fn a_named_config_that_is_missing_fails_init_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("absent.toml");
+    let argv = vec![
+        format!("config={}", missing.display()),
+        "enforce=strict".to_string(),
+    ];
+    for context in [Context::Local, Context::Allocator, Context::Remote] {
+        let plugin = Plugin::new();
+        let host = FakeHost::new(context);
+        let err = crate::init::init_with_config(&plugin, &host, &argv, &missing, uid())
+            .expect_err("named and missing");
+        assert!(
+            err.0.starts_with("gpu-affinity: config ")
+                && err.0.contains(&missing.display().to_string()),
+            "{context:?}: {err}"
+        );
+    }
+    // The implicit default: absent means defaults; a dangling symlink there is an error.
+    let plugin = Plugin::new();
+    let host = FakeHost::new(Context::Remote);
+    crate::init::init_with_config(&plugin, &host, &[], &missing, uid()).expect("absent default");
+    let dangling = dir.path().join("config.toml");
+    std::os::unix::fs::symlink(&missing, &dangling).expect("symlink");
+    let plugin = Plugin::new();
+    let err = crate::init::init_with_config(&plugin, &host, &[], &dangling, uid())
+        .expect_err("something is at the default path");
+    assert!(err.0.contains(&dangling.display().to_string()), "{err}");
+}
+
 #[test]
 fn plugstack_arguments_reach_the_settings() {
     let plugin = remote_plugin(&["sysfs_root=/srv/fx", "default=prefer", "enforce=strict"]);
@@ -1234,9 +1269,22 @@ struct NodeStep {
 impl NodeStep {
     /// `args`: extra plugstack arguments; `env`: the user's own job environment.
     fn new(name: &str, choice: &str, args: &[String], env: &[(&str, &str)]) -> NodeStep {
+        Self::with_tree(name, choice, args, env, |_| {})
+    }
+
+    /// [`NodeStep::new`], with `add` putting more files into the node's tree (its sysfs
+    /// root) before the step reads it.
+    fn with_tree(
+        name: &str,
+        choice: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        add: impl FnOnce(&Path),
+    ) -> NodeStep {
         let catalog = gpu_affinity::catalog::machine(name).expect("catalog machine");
         let fixture = tempfile::tempdir().expect("tempdir");
         gpu_affinity::sources::fixture::write_fixture(&catalog, fixture.path()).expect("fixture");
+        add(fixture.path());
         let machine =
             crate::topology::read_machine(fixture.path(), Detail::Full).expect("sysfs reader");
         let gpu_count = machine.gpus.len();
@@ -1542,6 +1590,49 @@ fn azure_gets_a_generated_nccl_topology_that_describes_the_node() {
     dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
     assert!(!topology.dir.exists());
     assert!(step_dirs.is_dir());
+}
+
+/// The vendor file decides NCCL_TOPO_FILE for every job on the node: used when it is
+/// root's alone, refused (and a topology generated instead) when others can write it.
+#[test]
+fn a_vendor_topology_file_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    const VENDOR: &str = "/opt/microsoft/ndv5-topo.xml";
+    for (mode, used) in [(0o644, true), (0o664, false), (0o666, false)] {
+        logger::take();
+        let node = NodeStep::with_tree(AZURE, "strict", &[], &[], |root| {
+            let catalog = gpu_affinity::catalog::machine(AZURE).expect("catalog");
+            let file = root.join(VENDOR.trim_start_matches('/'));
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(
+                &file,
+                gpu_affinity::fabric::topo_xml::render(&catalog, &catalog.fabric_nics()),
+            )
+            .expect("write");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        });
+        let planned = node.planned();
+        let topo_file = planned
+            .fabric
+            .env
+            .node
+            .get("NCCL_TOPO_FILE")
+            .map(|v| v.value.clone());
+        let logs = logger::take();
+        if used {
+            assert_eq!(topo_file.as_deref(), Some(VENDOR), "{logs:?}");
+            assert!(planned.fabric.topology.is_none());
+        } else {
+            assert_ne!(topo_file.as_deref(), Some(VENDOR), "mode {mode:o}");
+            assert!(planned.fabric.topology.is_some(), "generated instead");
+            assert!(
+                logs.iter().any(|(_, t)| t.contains(&format!(
+                    "ndv5-topo.xml is writable by group or others (mode {mode:04o})"
+                ))),
+                "{logs:?}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -138,7 +138,12 @@ impl SlurmConf<'_> {
         line(format!("TaskPlugin={task}"));
         line("SelectType=select/cons_tres".into());
         line("SelectTypeParameters=CR_Core".into());
-        line("GresTypes=gpu".into());
+        // A node without GPUs is a cluster without gres at all: Slurm then passes a
+        // user's own SLURM_STEP_GPUS through to the step (with `gpu` in GresTypes it
+        // unsets it for GPU-less steps), which the hostile-input tests need.
+        if self.gpus > 0 {
+            line("GresTypes=gpu".into());
+        }
         line("AccountingStorageType=accounting_storage/none".into());
         line("JobAcctGatherType=jobacct_gather/none".into());
         line("JobCompType=jobcomp/none".into());

@@ -176,23 +176,15 @@ fn names_in(dir: &mut rustix::fs::Dir) -> io::Result<Vec<String>> {
 }
 
 impl RootDir {
-    /// Open the root directory.
+    /// Open the root directory, like every input below it: O_NONBLOCK, and only if it
+    /// is a directory (O_DIRECTORY refuses anything else before opening it), so a FIFO
+    /// planted at the `sysfs_root` path cannot hang the step's launch (Invariant 4).
     pub fn open(root: &Path) -> Result<Self, SysfsError> {
-        let fd = std::fs::File::open(root)
-            .and_then(|f| {
-                if f.metadata()?.is_dir() {
-                    Ok(OwnedFd::from(f))
-                } else {
-                    Err(io::Error::new(
-                        io::ErrorKind::NotADirectory,
-                        "not a directory",
-                    ))
-                }
-            })
-            .map_err(|source| SysfsError::Io {
-                path: root.to_path_buf(),
-                source,
-            })?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = rustix::fs::open(root, flags, Mode::empty()).map_err(|e| SysfsError::Io {
+            path: root.to_path_buf(),
+            source: e.into(),
+        })?;
         Ok(Self {
             root: root.to_path_buf(),
             fd,
@@ -319,6 +311,28 @@ impl FsReader for RootDir {
 mod tests {
     use super::*;
     use crate::trust::fifo;
+
+    #[test]
+    fn a_root_that_is_not_a_directory_is_an_error_not_a_hang() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("sysfs");
+        fifo::make(&root);
+        let r = root.clone();
+        let err = fifo::returns(&root, move || RootDir::open(&r).map(|_| ()))
+            .expect_err("a FIFO is no root");
+        let text = err.to_string();
+        assert!(
+            text.contains("sysfs") && text.contains("Not a directory"),
+            "{text}"
+        );
+        std::fs::remove_file(&root).expect("rm");
+        std::fs::write(&root, "").expect("file");
+        let err = RootDir::open(&root).expect_err("a file is no root");
+        assert!(err.to_string().contains("Not a directory"), "{err}");
+        std::fs::remove_file(&root).expect("rm");
+        std::fs::create_dir(&root).expect("mkdir");
+        RootDir::open(&root).expect("a directory is a root");
+    }
 
     #[test]
     fn attributes_that_are_not_regular_files_are_errors_not_hangs() {
