@@ -15,5 +15,7 @@ pub mod cpuset;
 pub mod fabric;
 pub mod model;
 pub mod pci;
+pub mod ranges;
+pub mod slurm;
 pub mod solver;
 pub mod sources;
