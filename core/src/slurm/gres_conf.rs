@@ -248,6 +248,20 @@ impl GresConf {
     }
 }
 
+/// cgroup.conf's `ConstrainDevices=yes` (same line syntax as gres.conf; the last
+/// setting wins, as in Slurm's parser). Anything unparsable counts as not set.
+pub fn constrain_devices(cgroup_conf: &str) -> bool {
+    let mut on = false;
+    for (_, line) in logical_lines(cgroup_conf) {
+        for (key, value) in tokens(&line).unwrap_or_default() {
+            if key.eq_ignore_ascii_case("ConstrainDevices") {
+                on = value.eq_ignore_ascii_case("yes");
+            }
+        }
+    }
+    on
+}
+
 /// Physical lines joined at trailing `\`, comments stripped; each with the number of its
 /// first physical line.
 fn logical_lines(text: &str) -> Vec<(usize, String)> {

@@ -19,6 +19,11 @@ pub fn gres_conf_path(slurm_conf: Option<&Path>) -> PathBuf {
     conf.parent().unwrap_or(Path::new("/")).join("gres.conf")
 }
 
+/// cgroup.conf, which Slurm also reads next to slurm.conf.
+pub fn cgroup_conf_path(slurm_conf: Option<&Path>) -> PathBuf {
+    gres_conf_path(slurm_conf).with_file_name("cgroup.conf")
+}
+
 /// Why gres.conf could not be used: one line naming the file (and the line).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum GresReadError {
@@ -47,6 +52,17 @@ pub fn read_gres_conf(path: &Path, owner: u32) -> Result<Option<GresConf>, GresR
             message,
         }
     })
+}
+
+/// Whether cgroup.conf at `path` has `ConstrainDevices=yes`: Slurm then confines each
+/// step (and, with per-task GPU binding, each task) to its GPUs and numbers them locally
+/// (gres_use_local_device_index). Trust-checked like gres.conf; no file means no.
+pub fn read_constrain_devices(path: &Path, owner: u32) -> Result<bool, TrustError> {
+    if !path.exists() {
+        return Ok(false);
+    }
+    let text = config::read_trusted_text(path, "cgroup.conf", owner, MAX_GRES_CONF_BYTES)?;
+    Ok(super::gres_conf::constrain_devices(&text))
 }
 
 /// The minor number of a device file, by stat (a character device), else by Slurm's
@@ -102,6 +118,25 @@ mod tests {
         let p = fifo_path.clone();
         let r = fifo::returns(&fifo_path, move || read_gres_conf(&p, me));
         assert!(matches!(r, Err(GresReadError::Trust(_))), "{r:?}");
+    }
+
+    #[test]
+    fn constrain_devices_is_read_from_cgroup_conf() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let me = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(dir.path())
+                .expect("tempdir metadata")
+                .uid()
+        };
+        let path = dir.path().join("cgroup.conf");
+        assert_eq!(read_constrain_devices(&path, me), Ok(false));
+        std::fs::write(
+            &path,
+            "CgroupPlugin=autodetect\nconstraindevices=YES # on\n",
+        )
+        .expect("write");
+        assert_eq!(read_constrain_devices(&path, me), Ok(true));
     }
 
     #[test]
