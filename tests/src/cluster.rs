@@ -46,6 +46,8 @@ pub struct ClusterBuilder {
     gpus: u32,
     /// gres.conf's GPU lines; `None`: one line listing every fake device in order.
     gres: Option<Vec<GresLine>>,
+    /// slurm.conf `GresTypes=gpu` (default on).
+    gres_types: bool,
     plugin: Option<PluginSetup>,
     sysfs: Option<SysfsSource>,
     slurmd_debug: String,
@@ -73,6 +75,7 @@ impl ClusterBuilder {
             shape: None,
             gpus: 8,
             gres: None,
+            gres_types: true,
             plugin: None,
             sysfs: None,
             slurmd_debug: "info".to_owned(),
@@ -102,6 +105,14 @@ impl ClusterBuilder {
     /// device no line lists still exists (and, unlisted, is not confined).
     pub fn gres_layout(mut self, lines: Vec<GresLine>) -> Self {
         self.gres = Some(lines);
+        self
+    }
+
+    /// A cluster without gres: no `GresTypes=gpu` and no GPU lines, so Slurm passes a
+    /// user's own `SLURM_STEP_GPUS` through to the plugin (hostile-input tests).
+    pub fn without_gres(mut self) -> Self {
+        self.gres_types = false;
+        self.gres = Some(Vec::new());
         self
     }
 
@@ -304,6 +315,7 @@ impl Cluster {
             shape: &shape,
             task_plugin: b.task_plugin,
             gpus: conf::gres_count(&gres),
+            gres_types: b.gres_types,
             slurmd_debug: &b.slurmd_debug,
         }
         .render();

@@ -99,6 +99,8 @@ pub struct SlurmConf<'a> {
     pub shape: &'a NodeShape,
     pub task_plugin: TaskPlugin,
     pub gpus: u32,
+    /// `GresTypes=gpu` (without it Slurm leaves a user's own SLURM_STEP_GPUS alone).
+    pub gres_types: bool,
     /// SlurmdDebug level; `verbose` makes the plugin's per-step summary visible in slurmd.log.
     pub slurmd_debug: &'a str,
 }
@@ -138,7 +140,9 @@ impl SlurmConf<'_> {
         line(format!("TaskPlugin={task}"));
         line("SelectType=select/cons_tres".into());
         line("SelectTypeParameters=CR_Core".into());
-        line("GresTypes=gpu".into());
+        if self.gres_types {
+            line("GresTypes=gpu".into());
+        }
         line("AccountingStorageType=accounting_storage/none".into());
         line("JobAcctGatherType=jobacct_gather/none".into());
         line("JobCompType=jobcomp/none".into());
@@ -315,6 +319,7 @@ mod tests {
             shape: &shape,
             task_plugin,
             gpus: 8,
+            gres_types: true,
             slurmd_debug: "info",
         }
         .render()

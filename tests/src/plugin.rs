@@ -113,3 +113,40 @@ fn locate_or_build(variant: Variant) -> Result<PathBuf> {
     }
     Ok(built)
 }
+
+/// The admin command `gpu-affinity` (debug build), built like the plugin so a test
+/// compares the plugin with the `explain` of the same source.
+pub fn admin_cli() -> Result<PathBuf> {
+    static CLI: OnceLock<Result<PathBuf>> = OnceLock::new();
+    CLI.get_or_init(|| {
+        let mut cmd = Command::new(cargo());
+        cmd.current_dir(workspace_root()).args([
+            "build",
+            "--quiet",
+            "-p",
+            "gpu-affinity-slurm-conf",
+            "--bin",
+            "gpu-affinity",
+        ]);
+        let out = cmd
+            .output()
+            .context(|| format!("run {:?} to build gpu-affinity", cmd.get_program()))?;
+        if !out.status.success() {
+            return Err(HarnessError(format!(
+                "building gpu-affinity failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        let built = target_dir().join("debug").join("gpu-affinity");
+        if built.is_file() {
+            Ok(built)
+        } else {
+            Err(harness_err!(
+                "cargo built gpu-affinity but {} does not exist",
+                built.display()
+            ))
+        }
+    })
+    .clone()
+}
