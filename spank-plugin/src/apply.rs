@@ -121,23 +121,7 @@ pub fn apply_rank(
     }
     let bound = match task_binding(step, task, host) {
         Ok(b) => b,
-        Err(problem) => {
-            if strict {
-                return Err(refusal(task, &problem));
-            }
-            warn_user(
-                os,
-                &format!(
-                    "gpu-affinity: warning: rank {}: {problem}; left unbound",
-                    task.global
-                ),
-            );
-            return Ok(Applied {
-                cpus: os.cpu_affinity().unwrap_or_default(),
-                mems: Vec::new(),
-                env: Vec::new(),
-            });
-        }
+        Err(problem) => return unbound(strict, task, os, &problem),
     };
     if bound.is_some() && step.local_ids && step.resolved.verbose && task.local == 0 {
         os.task_stderr(
@@ -152,21 +136,7 @@ pub fn apply_rank(
     };
     let Some(rank) = rank else {
         let problem = format!("the plan has no binding for local task {}", task.local);
-        if strict {
-            return Err(refusal(task, &problem));
-        }
-        warn_user(
-            os,
-            &format!(
-                "gpu-affinity: warning: rank {}: {problem}; left unbound",
-                task.global
-            ),
-        );
-        return Ok(Applied {
-            cpus: os.cpu_affinity().unwrap_or_default(),
-            mems: Vec::new(),
-            env: Vec::new(),
-        });
+        return unbound(strict, task, os, &problem);
     };
 
     let mut problems: Vec<String> = Vec::new();
@@ -205,6 +175,26 @@ pub fn apply_rank(
         os.task_stderr(&binding_line(step, task, rank, &cpus, &mems));
     }
     Ok(Applied { cpus, mems, env })
+}
+
+/// A task with no binding to apply: refused under strict, left unbound with a warning
+/// under prefer.
+fn unbound(strict: bool, task: Task, os: &dyn Os, problem: &str) -> Result<Applied, Failure> {
+    if strict {
+        return Err(refusal(task, problem));
+    }
+    warn_user(
+        os,
+        &format!(
+            "gpu-affinity: warning: rank {}: {problem}; left unbound",
+            task.global
+        ),
+    );
+    Ok(Applied {
+        cpus: os.cpu_affinity().unwrap_or_default(),
+        mems: Vec::new(),
+        env: Vec::new(),
+    })
 }
 
 /// A task Slurm binds to GPUs of its own, and the plan's rank for those GPUs.

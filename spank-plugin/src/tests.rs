@@ -782,7 +782,7 @@ fn per_task_binding_takes_the_rank_planned_on_the_tasks_gpu() {
 
 #[test]
 fn a_huge_step_gpus_is_refused_in_one_short_line() {
-    let huge = vec!["0-4095"; 18_000].join(",");
+    let huge = ["0-4095"; 18_000].join(",");
     let host = gpu_host(&[("SLURM_STEP_GPUS", huge.as_str())]);
     let err = step::step_gpus(&host, 8).expect_err("too long");
     assert!(err.len() < 100 && !err.contains("0-4095"), "{err}");

@@ -282,7 +282,7 @@ fn a_huge_step_gpus_is_refused_quickly_with_bounded_memory() {
     let Some(cluster) = start("gpu_ids_huge", &m, ClusterBuilder::new().without_gres()) else {
         return;
     };
-    let huge = vec!["0-4095"; 18_000].join(",");
+    let huge = ["0-4095"; 18_000].join(",");
     // The client bound is the "quickly": 19.8 s before the fix.
     let opts = ClientOptions::bounded(15).env("SLURM_STEP_GPUS", &huge);
     let out = cluster

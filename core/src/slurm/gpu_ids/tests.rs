@@ -4,17 +4,18 @@ use crate::slurm::gres_conf;
 
 /// A machine with GPUs at bus 0x10.. whose minors are `minors` (in PCI order).
 fn machine(minors: &[Option<u32>]) -> Machine {
-    let mut m = Machine::default();
-    m.gpus = minors
-        .iter()
-        .enumerate()
-        .map(|(i, minor)| Gpu {
-            pci: pci(i),
-            minor: *minor,
-            model: None,
-        })
-        .collect();
-    m
+    Machine {
+        gpus: minors
+            .iter()
+            .enumerate()
+            .map(|(i, minor)| Gpu {
+                pci: pci(i),
+                minor: *minor,
+                model: None,
+            })
+            .collect(),
+        ..Machine::default()
+    }
 }
 
 fn pci(i: usize) -> PciAddr {
@@ -143,12 +144,12 @@ fn step_gpus_are_bounded_deduplicated_and_never_echoed() {
         parse_step_gpus("3,1,3,1-2", 8).expect("valid"),
         vec![3, 1, 2]
     );
-    let huge = vec!["0-4095"; 18_000].join(",");
+    let huge = ["0-4095"; 18_000].join(",");
     let e = parse_step_gpus(&huge, 8).expect_err("too long");
     assert_eq!(e, StepGpusError::TooLong { len: huge.len() });
     let e = parse_step_gpus("0-4095", 8).expect_err("too many");
     assert_eq!(e, StepGpusError::TooMany { max: 32, gpus: 8 });
-    let many = vec!["0-7"; 5].join(",");
+    let many = ["0-7"; 5].join(",");
     assert!(matches!(
         parse_step_gpus(&many, 8),
         Err(StepGpusError::TooMany { .. })
