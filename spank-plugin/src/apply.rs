@@ -172,7 +172,12 @@ pub fn apply_rank(
         })?;
     }
     if step.resolved.verbose {
-        os.task_stderr(&binding_line(step, task, rank, &cpus, &mems));
+        // The CUDA ids the task really got (a per-task binding rewrites them).
+        let cuda = env
+            .iter()
+            .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
+            .map_or("", |(_, v)| v.as_str());
+        os.task_stderr(&binding_line(step, task, rank, cuda, &cpus, &mems));
     }
     Ok(Applied { cpus, mems, env })
 }
@@ -411,21 +416,17 @@ fn binding_line(
     step: &StepPlan,
     task: Task,
     rank: &RankPlan,
+    cuda: &str,
     cpus: &CpuSet,
     mems: &[u32],
 ) -> String {
-    let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
     format!(
         "gpu-affinity: rank {} (local {}): mode {} GPUs {} (CUDA {}) NICs {} CPUs {} NUMA {}",
         task.global,
         task.local,
         step.resolved.choice,
         join(rank.gpus.iter().map(|g| g.to_string())),
-        if cuda.is_empty() {
-            "-".to_string()
-        } else {
-            cuda.join(",")
-        },
+        if cuda.is_empty() { "-" } else { cuda },
         join(
             rank.nics
                 .iter()
