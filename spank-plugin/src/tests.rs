@@ -694,6 +694,12 @@ fn each_rank_opens_its_planned_gpu_when_minors_are_out_of_pci_order() {
     }
 }
 
+/// The /dev/nvidiaN minor (in [`machine`]) of the GPU task_init planned for `t`.
+fn planned_minor(t: &FakeHost) -> Option<u32> {
+    let gpu: PciAddr = t.var("GPU_AFFINITY_GPUS")?.parse().ok()?;
+    machine().gpus.iter().find(|g| g.pci == gpu)?.minor
+}
+
 #[test]
 fn gpu_ids_are_gres_conf_positions_not_minors() {
     // The layout: gres.conf lists nvidia3, 2 (out of order, a subset); Slurm's
@@ -703,23 +709,11 @@ fn gpu_ids_are_gres_conf_positions_not_minors() {
     let mut os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
     os.gres_conf = Some("NodeName=n1 Name=gpu File=/dev/nvidia[3,2]\n".into());
     prepare_step(&plugin, &host, &os);
-    let minor = |pci: PciAddr| {
-        machine()
-            .gpus
-            .iter()
-            .find(|g| g.pci == pci)
-            .and_then(|g| g.minor)
-    };
     let mut planned = Vec::new();
     for local in 0..2 {
         let t = host.task(local, local);
         dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
-        let gpu: PciAddr = t
-            .var("GPU_AFFINITY_GPUS")
-            .expect("gpu")
-            .parse()
-            .expect("one");
-        planned.push(minor(gpu).expect("minor"));
+        planned.push(planned_minor(&t).expect("planned"));
     }
     planned.sort_unstable();
     assert_eq!(planned, vec![2, 3]);
@@ -755,17 +749,10 @@ fn per_task_binding_takes_the_rank_planned_on_the_tasks_gpu() {
     os.gres_conf = Some("Name=gpu File=/dev/nvidia[0-1]\n".into());
     os.constrain_devices = true;
     prepare_step(&plugin, &host, &os);
-    let by_minor = |minor: u32| {
-        machine()
-            .gpus
-            .iter()
-            .find(|g| g.minor == Some(minor))
-            .map(|g| g.pci.to_string())
-    };
     for (local, want) in [(0, 1), (1, 0)] {
         let t = host.task(local, local);
         dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
-        assert_eq!(t.var("GPU_AFFINITY_GPUS"), by_minor(want), "task {local}");
+        assert_eq!(planned_minor(&t), Some(want), "task {local}");
         // Confined to its one GPU, the task's CUDA index is 0.
         assert_eq!(t.var("CUDA_VISIBLE_DEVICES").as_deref(), Some("0"));
     }
@@ -778,6 +765,25 @@ fn per_task_binding_takes_the_rank_planned_on_the_tasks_gpu() {
     prepare_step(&plugin, &host, &os);
     let err = dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &os, &[]).expect_err("refused");
     assert!(format!("{err:?}").contains("closest"), "{err:?}");
+}
+
+#[test]
+fn a_named_gres_conf_that_is_missing_refuses_strict() {
+    let plugin = remote_plugin(&[
+        "default=strict",
+        "sysfs_root=/srv/fx",
+        "gres_conf=/nonexistent/gres.conf",
+    ]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")]);
+    // FakeOs without gres_conf text: no file at any path.
+    let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    prepare_step(&plugin, &host, &os);
+    let err = dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &os, &[]).expect_err("refused");
+    assert!(
+        format!("{err:?}")
+            .contains("gres.conf /nonexistent/gres.conf (plugstack gres_conf=) does not exist"),
+        "{err:?}"
+    );
 }
 
 #[test]
