@@ -95,19 +95,24 @@ fn locate_or_build(variant: Variant) -> Result<PathBuf> {
             dir.join("debug").join(LIB_FILE)
         }
     };
+    run_build(cmd, &format!("the plugin ({variant:?})"), built)
+}
+
+/// Run a prepared `cargo build` and return `built`, which it must have produced.
+fn run_build(mut cmd: Command, what: &str, built: PathBuf) -> Result<PathBuf> {
     let out = cmd
         .output()
-        .context(|| format!("run {:?} to build the plugin", cmd.get_program()))?;
+        .context(|| format!("run {:?} to build {what}", cmd.get_program()))?;
     if !out.status.success() {
         return Err(HarnessError(format!(
-            "building the plugin ({variant:?}) failed ({}): {}",
+            "building {what} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
     if !built.is_file() {
         return Err(harness_err!(
-            "cargo built {PACKAGE} but {} does not exist",
+            "cargo built {what} but {} does not exist",
             built.display()
         ));
     }
@@ -128,25 +133,11 @@ pub fn admin_cli() -> Result<PathBuf> {
             "--bin",
             "gpu-affinity",
         ]);
-        let out = cmd
-            .output()
-            .context(|| format!("run {:?} to build gpu-affinity", cmd.get_program()))?;
-        if !out.status.success() {
-            return Err(HarnessError(format!(
-                "building gpu-affinity failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        let built = target_dir().join("debug").join("gpu-affinity");
-        if built.is_file() {
-            Ok(built)
-        } else {
-            Err(harness_err!(
-                "cargo built gpu-affinity but {} does not exist",
-                built.display()
-            ))
-        }
+        run_build(
+            cmd,
+            "gpu-affinity",
+            target_dir().join("debug").join("gpu-affinity"),
+        )
     })
     .clone()
 }

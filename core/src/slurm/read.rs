@@ -80,6 +80,12 @@ mod tests {
     use super::*;
     use crate::config::fifo;
 
+    /// The uid owning `path` (the test's own, standing in for root).
+    fn owner_of(path: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).expect("metadata").uid()
+    }
+
     #[test]
     fn gres_conf_lives_next_to_slurm_conf() {
         assert_eq!(gres_conf_path(None), PathBuf::from("/etc/slurm/gres.conf"));
@@ -92,12 +98,7 @@ mod tests {
     #[test]
     fn reads_name_the_file_and_line_and_refuse_what_others_can_change() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let me = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(dir.path())
-                .expect("tempdir metadata")
-                .uid()
-        };
+        let me = owner_of(dir.path());
         let path = dir.path().join("gres.conf");
         assert_eq!(read_gres_conf(&path, me), Ok(None));
         std::fs::write(&path, "Name=gpu File=/dev/nvidia0\nName=gpu Bogus=1\n").expect("write");
@@ -123,12 +124,7 @@ mod tests {
     #[test]
     fn constrain_devices_is_read_from_cgroup_conf() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let me = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(dir.path())
-                .expect("tempdir metadata")
-                .uid()
-        };
+        let me = owner_of(dir.path());
         let path = dir.path().join("cgroup.conf");
         assert_eq!(read_constrain_devices(&path, me), Ok(false));
         std::fs::write(
