@@ -16,6 +16,8 @@ pub mod fabric;
 pub mod model;
 pub mod pci;
 pub mod plugin_env;
+pub mod ranges;
+pub mod slurm;
 pub mod solver;
 pub mod sources;
 pub mod step_files;

@@ -9,6 +9,8 @@ use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::fabric::{self, FabricDecision, StepInputs, profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
+use gpu_affinity::slurm::gpu_ids::SlurmGpus;
+use gpu_affinity::slurm::read;
 use gpu_affinity::solver::{self, Mode, Plan, StepRequest};
 use gpu_affinity::{step_files, trust};
 
@@ -19,9 +21,17 @@ use crate::{CliError, emit};
 pub struct Args {
     #[command(flatten)]
     source: MachineArgs,
-    /// The step's GPUs: Slurm GPU indexes (0,1,...) or PCI addresses; default all.
+    /// The step's GPUs: Slurm GPU ids as SLURM_STEP_GPUS gives them (0,1,...; numbered
+    /// through gres.conf exactly as the plugin numbers them) or PCI addresses; default all.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     gpus: Vec<String>,
+    /// The gres.conf that numbers Slurm's GPU ids [default: next to $SLURM_CONF, else
+    /// /etc/slurm/gres.conf, when it exists; without one, ids are taken in minor order].
+    #[arg(long, value_name = "PATH")]
+    gres_conf: Option<PathBuf>,
+    /// The node whose gres.conf lines apply [default: this host's short name].
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
     /// The step's CPUs as a Linux cpulist; default all.
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
@@ -168,6 +178,34 @@ fn fabric_for(
     fabric::step_fabric(machine, plan, &inputs)
 }
 
+/// Slurm's GPU numbering for the node: core's one mapping, over the gres.conf the
+/// plugin would read (checked the same way).
+fn slurm_gpus(machine: &Machine, args: &Args) -> Result<SlurmGpus, CliError> {
+    let path = args.gres_conf.clone().unwrap_or_else(|| {
+        read::gres_conf_path(std::env::var_os("SLURM_CONF").map(PathBuf::from).as_deref())
+    });
+    let conf = read::read_gres_conf(&path, args.trusted_owner)
+        .map_err(|e| CliError(format!("gpu-affinity: {e}")))?;
+    if conf.is_none() && args.gres_conf.is_some() {
+        return Err(CliError(format!(
+            "gpu-affinity: gres.conf {} does not exist",
+            path.display()
+        )));
+    }
+    let node = args.node.clone().or_else(|| {
+        gpu_affinity::trust::open_regular(Path::new("/proc/sys/kernel/hostname"))
+            .and_then(|f| gpu_affinity::trust::read_bounded_text(f, 256))
+            .ok()
+            .and_then(|h| h.trim().split('.').next().map(str::to_string))
+    });
+    let node_gpus = conf.map(|c| c.node_gpus(node.as_deref().unwrap_or_default()));
+    Ok(SlurmGpus::number(
+        machine,
+        node_gpus.as_ref(),
+        &read::device_minor,
+    ))
+}
+
 fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError> {
     let gpus = if args.gpus.is_empty() {
         machine
@@ -176,9 +214,10 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
             .map(|g| g.pci)
             .collect()
     } else {
+        let numbering = slurm_gpus(machine, args)?;
         args.gpus
             .iter()
-            .map(|item| resolve_gpu(machine, item))
+            .map(|item| resolve_gpu(machine, &numbering, item))
             .collect::<Result<Vec<_>, _>>()?
     };
     let cpus = match &args.cpus {
@@ -199,17 +238,17 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
     })
 }
 
-/// A GPU named by Slurm index or by PCI address.
-fn resolve_gpu(machine: &Machine, item: &str) -> Result<PciAddr, CliError> {
+/// A GPU named by Slurm id or by PCI address.
+fn resolve_gpu(machine: &Machine, numbering: &SlurmGpus, item: &str) -> Result<PciAddr, CliError> {
     let item = item.trim();
     let ordered = machine.gpus_in_slurm_order();
-    if let Ok(index) = item.parse::<usize>() {
-        return ordered.get(index).map(|g| g.pci).ok_or_else(|| {
-            CliError(format!(
-                "--gpus: GPU index {index} out of range (the machine has {} GPUs)",
-                ordered.len()
-            ))
-        });
+    if let Ok(id) = item.parse::<u32>() {
+        return numbering
+            .map(&[id])
+            .map_err(|e| CliError(format!("--gpus: {e}")))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError(format!("--gpus: GPU id {id} names no GPU")));
     }
     let addr: PciAddr = item.parse().map_err(|_| {
         CliError(format!(

@@ -18,11 +18,10 @@ const FORGED: &str = "error: FORGED LINE";
 /// mode (strict refuses the task, prefer warns) reports it.
 #[test]
 fn a_forged_newline_in_slurm_step_gpus_stays_inside_its_log_line() {
-    // The node's topology has GPUs; Slurm's configuration has none (`gpus` after
-    // `machine`, which would set the count to the machine's).
+    // The node's topology has GPUs; Slurm's configuration has no gres at all.
     let Some(cluster) = ClusterBuilder::new()
         .machine(machine(ND_H100_V5))
-        .gpus(0)
+        .without_gres()
         .with_plugin()
         .start_or_skip("forged_log_line")
         .unwrap_or_else(|e| panic!("cannot start the cluster: {e}"))
