@@ -36,14 +36,14 @@
 //! two buses below the group's first endpoint bus; downstream ports on the next bus,
 //! numbered in endpoint address order (functions of one device share one port).
 
-mod build;
+mod expand;
 mod format;
 #[cfg(test)]
 mod tests;
 
 use crate::model::{Machine, ModelError};
 
-use build::{Layer, Source};
+use expand::{Layer, Source};
 use format::Description;
 
 /// The machine `explain` and `fixture` use when none is named.
@@ -259,7 +259,7 @@ fn expand(text: &str, base: Option<&str>) -> Result<(CatalogEntry, Machine), Cat
             },
         });
     }
-    let (header, machine) = build::build(&layers)?;
+    let (header, machine) = expand::expand(&layers)?;
     let entry = CatalogEntry {
         name: header.name,
         vendor: header.vendor.unwrap_or_default(),

@@ -15,27 +15,22 @@
 //!
 //! Every table and key is known: a typo (`[plugn]`, `enforced`) is an error, never a
 //! setting silently not applied. [`parse`] is pure; [`read_trusted`] is the thin reader,
-//! and [`check_trusted`] the one ownership rule for every root-side input (Invariant 2):
-//! the config, the profiles directory and its files, the plugin's run directory.
+//! through [`crate::trust`] (the ownership rule and the non-blocking open every root-side
+//! input shares).
 
 use std::fmt;
-use std::fs::Metadata;
-use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::solver::Mode;
+use crate::trust::{TrustError, read_trusted_text};
 
 /// Where the config lives unless a program is told otherwise.
 /// Where the plugin writes per-step files as root (`[plugin] run_dir`, plugstack `run_dir=`).
 pub const DEFAULT_RUN_DIR: &str = "/run/gpu-affinity";
 pub const DEFAULT_CONFIG: &str = "/etc/gpu-affinity/config.toml";
-
-/// The uid every root-side input must belong to outside tests.
-pub const ROOT: u32 = 0;
 
 /// A config is a few lines; anything near this is not one.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -55,9 +50,7 @@ impl Choice {
     pub fn parse(word: &str) -> Option<Choice> {
         match word {
             "off" => Some(Choice::Off),
-            "prefer" => Some(Choice::Prefer),
-            "strict" => Some(Choice::Strict),
-            _ => None,
+            word => Mode::parse(word).map(Choice::from),
         }
     }
 
@@ -79,34 +72,19 @@ impl Choice {
     }
 }
 
+/// A solver mode as a choice; for `enforce`, the lowest choice a step may run with.
+impl From<Mode> for Choice {
+    fn from(mode: Mode) -> Choice {
+        match mode {
+            Mode::Prefer => Choice::Prefer,
+            Mode::Strict => Choice::Strict,
+        }
+    }
+}
+
 impl fmt::Display for Choice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// The admin's floor (`enforce`): users may raise the mode, never lower it below this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Floor {
-    Prefer,
-    Strict,
-}
-
-impl Floor {
-    pub fn parse(word: &str) -> Option<Floor> {
-        match word {
-            "prefer" => Some(Floor::Prefer),
-            "strict" => Some(Floor::Strict),
-            _ => None,
-        }
-    }
-
-    /// The lowest mode a step may run with.
-    pub fn choice(self) -> Choice {
-        match self {
-            Floor::Prefer => Choice::Prefer,
-            Floor::Strict => Choice::Strict,
-        }
     }
 }
 
@@ -122,7 +100,8 @@ pub struct Config {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PluginConfig {
     pub default: Option<Choice>,
-    pub enforce: Option<Floor>,
+    /// The admin's floor: users may raise the mode, never lower it below this.
+    pub enforce: Option<Mode>,
     /// Absolute.
     pub sysfs_root: Option<PathBuf>,
     /// Absolute.
@@ -137,31 +116,6 @@ pub struct FabricConfig {
     pub force: Vec<String>,
     /// Absolute.
     pub profiles_dir: Option<PathBuf>,
-}
-
-/// A root-side input that is unreadable or that someone other than root could change.
-/// One line naming the input and its path, without a program prefix, so it can also
-/// serve as a refusal reason.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum TrustError {
-    #[error("{what} {path}: {message}")]
-    Io {
-        what: String,
-        path: String,
-        message: String,
-    },
-    #[error("{what} {path} is owned by uid {uid}, not root; refusing it")]
-    Owner {
-        what: String,
-        path: String,
-        uid: u32,
-    },
-    #[error("{what} {path} is writable by group or others (mode {mode:04o}); refusing it")]
-    Writable {
-        what: String,
-        path: String,
-        mode: u32,
-    },
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -264,9 +218,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         .plugin
         .enforce
         .as_ref()
-        .map(|v| {
-            word(v, Floor::parse).ok_or_else(|| bad("[plugin] enforce", v, "prefer or strict"))
-        })
+        .map(|v| word(v, Mode::parse).ok_or_else(|| bad("[plugin] enforce", v, "prefer or strict")))
         .transpose()?;
     let dir = |key: &str, value: &Option<Spanned<String>>| {
         value
@@ -316,7 +268,7 @@ fn force_problem(key: &str, earlier: &[String]) -> Option<&'static str> {
         && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !name_ok {
         Some("an environment variable name such as NCCL_IB_HCA")
-    } else if crate::fabric::profiles::plugin_owned(key) {
+    } else if crate::plugin_env::plugin_owned(key) {
         Some("a fabric variable; the plugin always sets this one per rank")
     } else if earlier.iter().any(|k| k == key) {
         Some("each variable listed once")
@@ -346,101 +298,6 @@ fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The one check for every root-side input: owned by `owner` (root; tests pass their
-/// own uid) and not writable by group or others, so no job user can steer what runs as
-/// root. `what` names the input in the error ("config", "profiles directory").
-pub fn check_trusted(
-    meta: &Metadata,
-    what: &str,
-    path: &Path,
-    owner: u32,
-) -> Result<(), TrustError> {
-    if meta.uid() != owner {
-        return Err(TrustError::Owner {
-            what: what.to_string(),
-            path: path.display().to_string(),
-            uid: meta.uid(),
-        });
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(TrustError::Writable {
-            what: what.to_string(),
-            path: path.display().to_string(),
-            mode: meta.mode() & 0o7777,
-        });
-    }
-    Ok(())
-}
-
-/// Open `path` and check the opened file (not the name, which could be swapped after
-/// the check) before its bytes are read. At most `limit` bytes.
-pub(crate) fn read_trusted_text(
-    path: &Path,
-    what: &str,
-    owner: u32,
-    limit: u64,
-) -> Result<String, TrustError> {
-    let io = |e: std::io::Error| TrustError::Io {
-        what: what.to_string(),
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
-    let file = open_regular(path).map_err(io)?;
-    check_trusted(&file.metadata().map_err(io)?, what, path, owner)?;
-    read_bounded_text(file, limit).map_err(io)
-}
-
-/// Open `path` for reading without blocking and refuse anything but a regular file.
-///
-/// A plain open(2) of a FIFO waits for a writer, which would hang a prolog or a step's
-/// launch (Invariant 4); with O_NONBLOCK it returns at once, and the type check on the
-/// opened handle then refuses it (and character devices, sockets) before any read.
-pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)?;
-    let kind = file.metadata()?.file_type();
-    if !kind.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("not a regular file ({})", file_kind(&kind)),
-        ));
-    }
-    Ok(file)
-}
-
-fn file_kind(kind: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a file"
-    }
-}
-
-/// The text of an open file, at most `limit` bytes (more is an error, not a truncation).
-pub fn read_bounded_text(file: std::fs::File, limit: u64) -> std::io::Result<String> {
-    let mut text = String::new();
-    file.take(limit + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > limit {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("larger than {limit} bytes"),
-        ));
-    }
-    Ok(text)
-}
-
 /// Read and parse the config at `path`, refusing a file `owner` (root) does not fully
 /// control.
 pub fn read_trusted(path: &Path, owner: u32) -> Result<Config, ConfigError> {
@@ -448,56 +305,26 @@ pub fn read_trusted(path: &Path, owner: u32) -> Result<Config, ConfigError> {
     parse(&text).map_err(|e| e.in_file(path))
 }
 
-/// The config file a program reads: the one it was told about, else `default` when
-/// that exists (no file at all means built-in defaults).
+/// The config file a program reads: the one it was told about (missing is then the
+/// reader's error), else `default` unless nothing at all is there (built-in defaults).
+/// Only a plain "not found" counts as absent: a dangling symlink or a directory the
+/// caller cannot search at the default path is read, and refused, rather than taken
+/// for "no config", which would silently drop the admin's `enforce`.
 pub fn locate(named: Option<&Path>, default: &Path) -> Option<PathBuf> {
     match named {
         Some(p) => Some(p.to_path_buf()),
-        None => default.exists().then(|| default.to_path_buf()),
-    }
-}
-
-/// A FIFO for the tests of every reader that must not block on one.
-#[cfg(test)]
-pub(crate) mod fifo {
-    use std::path::Path;
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    /// Make a FIFO at `path`.
-    pub fn make(path: &Path) {
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            path,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o644),
-            0,
-        )
-        .expect("mkfifo");
-    }
-
-    /// Run `read` (which opens the FIFO at `path`) on its own thread and return what it
-    /// returned; a read still blocked after 5 s fails the test (after releasing the
-    /// thread by opening the FIFO for writing) instead of hanging it.
-    pub fn returns<T: Send + 'static>(path: &Path, read: impl FnOnce() -> T + Send + 'static) -> T {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(read());
-        });
-        match rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(v) => v,
-            Err(_) => {
-                let _ = std::fs::OpenOptions::new().write(true).open(path);
-                panic!("reading the FIFO {} blocked", path.display());
-            }
-        }
+        None => match std::fs::symlink_metadata(default) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            _ => Some(default.to_path_buf()),
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use crate::trust::fifo;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     fn err(text: &str) -> String {
         parse(text).expect_err(text).to_string()
@@ -531,7 +358,7 @@ mod tests {
             Config {
                 plugin: PluginConfig {
                     default: Some(Choice::Prefer),
-                    enforce: Some(Floor::Strict),
+                    enforce: Some(Mode::Strict),
                     sysfs_root: Some("/srv/topo".into()),
                     run_dir: Some("/srv/run".into()),
                 },
@@ -582,6 +409,10 @@ mod tests {
             ),
             (
                 "[fabric]\nforce = [\"CUDA_VISIBLE_DEVICES\"]\n",
+                "the plugin always sets this one",
+            ),
+            (
+                "[fabric]\nforce = [\"CUDA_DEVICE_ORDER\"]\n",
                 "the plugin always sets this one",
             ),
             (
@@ -678,12 +509,20 @@ mod tests {
         assert_eq!(locate(None, &absent), None);
         let present = write(dir.path(), "", 0o644);
         assert_eq!(locate(None, &present), Some(present.clone()));
+        // Something is at the default path, if only a dangling symlink: it is read
+        // (and refused), never taken for "no config".
+        let dangling = dir.path().join("dangling.toml");
+        std::os::unix::fs::symlink(dir.path().join("gone.toml"), &dangling).expect("symlink");
+        assert_eq!(locate(None, &dangling), Some(dangling.clone()));
+        assert!(read_trusted(&dangling, uid()).is_err());
     }
 
     #[test]
     fn floor_and_choice_order() {
         assert!(Choice::Off < Choice::Prefer && Choice::Prefer < Choice::Strict);
-        assert_eq!(Floor::Strict.choice(), Choice::Strict);
+        assert_eq!(Choice::from(Mode::Strict), Choice::Strict);
+        assert_eq!(Choice::parse("prefer"), Some(Choice::Prefer));
+        assert_eq!(Choice::parse("off"), Some(Choice::Off));
         assert_eq!(Choice::Prefer.solver_mode(), Some(Mode::Prefer));
         assert_eq!(Choice::Off.solver_mode(), None);
         assert_eq!(Choice::Strict.to_string(), "strict");

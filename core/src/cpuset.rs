@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
+use crate::ranges;
+
 /// A set of logical CPU ids, always kept sorted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CpuSet(BTreeSet<u32>);
@@ -26,23 +28,15 @@ impl CpuSet {
     }
 
     /// Parse a Linux cpulist ("0-3,8,10-11"); empty or whitespace-only text is the empty set.
+    /// The syntax and bounds are core's one range-list rule ([`crate::ranges`]).
     pub fn parse_list(text: &str) -> Result<Self, CpuSetError> {
-        let bad = || CpuSetError::BadList(text.to_string());
-        let mut set = BTreeSet::new();
-        for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
-            let part = part.trim();
-            let (lo, hi) = match part.split_once('-') {
-                Some((a, b)) => (a.trim(), b.trim()),
-                None => (part, part),
-            };
-            let lo: u32 = lo.parse().map_err(|_| bad())?;
-            let hi: u32 = hi.parse().map_err(|_| bad())?;
-            if lo > hi || hi > MAX_CPU_ID {
-                return Err(bad());
-            }
-            set.extend(lo..=hi);
-        }
-        Ok(Self(set))
+        let limits = ranges::Limits {
+            max_value: MAX_CPU_ID,
+            max_count: u64::from(MAX_CPU_ID) + 1,
+        };
+        let parts = ranges::parse(text.trim(), limits, true)
+            .map_err(|_| CpuSetError::BadList(text.to_string()))?;
+        Ok(Self(ranges::values(&parts).collect()))
     }
 
     /// Parse a kernel/NCCL CPU mask: comma-separated 32-bit hex words, most significant first

@@ -131,6 +131,47 @@ pub enum NicKind {
     Ethernet,
 }
 
+impl NicKind {
+    /// Every kind with its name: the one table for profiles, explain and serde (a test
+    /// checks serde writes these names).
+    pub const NAMES: [(NicKind, &'static str); 5] = [
+        (NicKind::Infiniband, "infiniband"),
+        (NicKind::Roce, "roce"),
+        (NicKind::Efa, "efa"),
+        (NicKind::Gvnic, "gvnic"),
+        (NicKind::Ethernet, "ethernet"),
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        NicKind::NAMES
+            .iter()
+            .find(|(k, _)| *k == self)
+            .map_or("", |(_, n)| n)
+    }
+
+    pub fn parse(name: &str) -> Option<NicKind> {
+        NicKind::NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(k, _)| *k)
+    }
+
+    /// "infiniband, roce, efa, gvnic or ethernet", for messages.
+    pub fn expected() -> String {
+        let names: Vec<&str> = NicKind::NAMES.iter().map(|(_, n)| *n).collect();
+        one_of(&names)
+    }
+}
+
+/// "a, b or c".
+pub(crate) fn one_of(names: &[&str]) -> String {
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// State of an RDMA port (/sys/class/infiniband/DEV/ports/N).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RdmaPort {
@@ -478,5 +519,24 @@ impl Machine {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nic_kind_names_are_the_serde_names() {
+        for (kind, name) in NicKind::NAMES {
+            let json = serde_json::to_string(&kind).expect("serialize");
+            assert_eq!(json, format!("\"{name}\""));
+            assert_eq!(NicKind::parse(name), Some(kind));
+            assert_eq!(kind.as_str(), name);
+        }
+        assert_eq!(
+            NicKind::expected(),
+            "infiniband, roce, efa, gvnic or ethernet"
+        );
     }
 }

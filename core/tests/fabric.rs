@@ -894,7 +894,7 @@ fn topology_file_use_refuse_generate() {
 #[test]
 fn generated_topology_xml_lists_every_gpu_and_fabric_nic_under_its_numa_node() {
     let m = oci_h100();
-    let xml = topo_xml::render(&m);
+    let xml = topo_xml::render(&m, &m.fabric_nics());
     let doc = roxmltree::Document::parse(&xml).unwrap();
     let cpus: Vec<_> = doc
         .descendants()
@@ -938,7 +938,7 @@ fn generated_topology_xml_lists_every_gpu_and_fabric_nic_under_its_numa_node() {
         netdev: Some("eth9".into()),
         ports: vec![],
     });
-    assert!(!topo_xml::render(&m2).contains("0000:00:05.0"));
+    assert!(!topo_xml::render(&m2, &m2.fabric_nics()).contains("0000:00:05.0"));
 }
 
 #[test]
@@ -1053,5 +1053,61 @@ fn every_rdma_profile_sets_ucx_net_devices_per_rank_and_no_other_does() {
                 .any(|v| v.key == "UCX_NET_DEVICES" && v.value == "{rank_rdma_ports}"),
             "{generic}"
         );
+    }
+}
+
+/// The generated NCCL topology offers NCCL the profile's fabric, the same NICs ranks get
+/// and NCCL_IB_HCA lists: on OCI BM.GPU.H200.8 (here with a site profile that wants a
+/// vendor topology file the node lacks, so one is generated) the host NICs eth0-eth3
+/// must not appear in it, neither as a PCI device nor as a net.
+#[test]
+fn the_generated_topology_leaves_out_the_nics_the_profile_leaves_out() {
+    use gpu_affinity::fabric::{StepInputs, step_fabric};
+    use gpu_affinity::solver::{StepRequest, solve_with_fabric};
+
+    let m = gpu_affinity::catalog::machine("BM.GPU.H200.8").unwrap();
+    let mut files = profiles::embedded();
+    let (_, h200) = files.iter().find(|(n, _)| n == "oci-h200.toml").unwrap();
+    let site = format!(
+        "{h200}\n[[env]]\nkey = \"NCCL_TOPO_FILE\"\nvalue = \"/etc/site/h200-topo.xml\"\nsource = \"site\"\ntopology_check = true\n"
+    );
+    files.push(("/etc/gpu-affinity/profiles.d/oci-h200.toml".into(), site));
+    let p = profiles::load(&files).unwrap();
+    let nics = gpu_affinity::fabric::fabric_nics(&m, &p);
+    let gpus: Vec<PciAddr> = m.gpus_in_slurm_order().iter().map(|g| g.pci).collect();
+    let request = StepRequest {
+        tasks: gpus.len() as u32,
+        gpus,
+        cpus: m.cpus(),
+        gpus_per_task: None,
+        mode: Mode::Strict,
+    };
+    let plan = solve_with_fabric(&m, &request, &nics);
+    let inputs = StepInputs {
+        profiles: &p,
+        existing: &no_env,
+        forced: &[],
+        vendor_topology: &|_| None,
+        generated_topology_path: "/run/gpu-affinity/step/nccl-topo.xml",
+    };
+    let fabric = step_fabric(&m, &plan, &inputs);
+    let xml = fabric.generated_topology.expect("a generated topology");
+    let host: Vec<&Nic> = m
+        .nics
+        .iter()
+        .filter(|n| {
+            n.netdev
+                .as_deref()
+                .is_some_and(|d| ["eth0", "eth1", "eth2", "eth3"].contains(&d))
+        })
+        .collect();
+    assert_eq!(host.len(), 4);
+    for n in host {
+        assert!(!xml.contains(&format!("busid=\"{}\"", n.pci)), "{}", n.pci);
+        let rdma = n.rdma.as_deref().unwrap();
+        assert!(!xml.contains(&format!("name=\"{rdma}\"")), "{rdma}");
+    }
+    for n in &nics {
+        assert!(xml.contains(&format!("busid=\"{}\"", n.pci)), "{}", n.pci);
     }
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use common::golden::{check_golden, file_stem, shared_topologies, topology_files};
 use gpu_affinity::fabric::profiles::Profiles;
-use gpu_affinity::fabric::{self, EnvValue, Origin, StepFabric};
+use gpu_affinity::fabric::{self, EnvValue, FabricDecision, Origin};
 use gpu_affinity::model::{Dmi, Machine, NicKind};
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{Mode, Plan, StepRequest, solve_with_fabric};
@@ -119,7 +119,7 @@ fn strict_plan(machine: &Machine, profiles: &Profiles) -> Plan {
     solve_with_fabric(machine, &request, &fabric::fabric_nics(machine, profiles))
 }
 
-fn step(machine: &Machine, plan: &Plan, profiles: &Profiles) -> StepFabric {
+fn step(machine: &Machine, plan: &Plan, profiles: &Profiles) -> FabricDecision {
     common::step::fabric_of_clean_step(machine, plan, profiles, GENERATED_TOPOLOGY)
 }
 
@@ -138,7 +138,7 @@ fn shown(v: &EnvValue) -> Value {
     json!({ "value": v.value, "origin": origin })
 }
 
-fn golden_value(source: &str, machine: &Machine, plan: &Plan, f: &StepFabric) -> Value {
+fn golden_value(source: &str, machine: &Machine, plan: &Plan, f: &FabricDecision) -> Value {
     let d = &f.detection;
     let node: BTreeMap<&str, Value> = f
         .env
@@ -229,7 +229,7 @@ fn check_env(
     source: &str,
     machine: &Machine,
     plan: &Plan,
-    f: &StepFabric,
+    f: &FabricDecision,
     profiles: &Profiles,
 ) -> Vec<String> {
     let mut bad = Vec::new();
@@ -378,7 +378,7 @@ fn unset_for_lack_of_facts(notes: &[String]) -> BTreeSet<&str> {
 fn check_fixture_round_trip(
     rel: &str,
     machine: &Machine,
-    golden: &StepFabric,
+    golden: &FabricDecision,
     profiles: &Profiles,
 ) -> Vec<String> {
     let dir = tempfile::tempdir().expect("tempdir");

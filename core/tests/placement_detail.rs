@@ -7,7 +7,7 @@
 mod common;
 
 use gpu_affinity::fabric::profiles::Profiles;
-use gpu_affinity::fabric::{StepFabric, topo_xml};
+use gpu_affinity::fabric::{FabricDecision, topo_xml};
 use gpu_affinity::model::{Machine, PciLink};
 use gpu_affinity::solver::{Mode, Plan, StepRequest, solve};
 use gpu_affinity::sources::fixture::write_fixture;
@@ -54,7 +54,7 @@ fn requests(m: &Machine) -> Vec<StepRequest> {
 
 // No vendor topology file on the tree: the Azure profiles then generate one, the one place
 // the fabric environment reads PCIe links.
-fn fabric(m: &Machine, plan: &Plan, profiles: &Profiles) -> StepFabric {
+fn fabric(m: &Machine, plan: &Plan, profiles: &Profiles) -> FabricDecision {
     common::step::fabric_of_clean_step(m, plan, profiles, GENERATED_TOPOLOGY)
 }
 
@@ -142,7 +142,10 @@ fn placement_gives_the_same_plans_and_fabric_env_as_full_on_every_catalog_machin
                     .unwrap_or_else(|e| panic!("{name}: links: {e}"));
                 assert_eq!(completed.pci, full.pci, "{name}: links read back");
                 assert_eq!(
-                    &topo_xml::render(&completed),
+                    &topo_xml::render(
+                        &completed,
+                        &gpu_affinity::fabric::fabric_nics(&completed, &Profiles::builtin())
+                    ),
                     xml,
                     "{name}: generated topology"
                 );

@@ -8,7 +8,7 @@ use std::path::Path;
 use common::*;
 use gpu_affinity::model::{Machine, NicKind};
 use gpu_affinity::sources::fixture::{FixtureError, realized, write_fixture};
-use gpu_affinity::sources::sysfs::config::pci_config;
+use gpu_affinity::sources::sysfs::config_space::pci_config;
 use gpu_affinity::sources::sysfs::parse::cpuinfo_cores;
 use gpu_affinity::sources::sysfs::read_machine;
 

@@ -41,7 +41,7 @@ fn rendered_topology_of_every_catalog_machine_parses_back_the_same() {
     assert!(names.len() >= 7, "catalog has {} machines", names.len());
     for name in names {
         let m = catalog::machine(name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let xml = topo_xml::render(&m);
+        let xml = topo_xml::render(&m, &m.fabric_nics());
         let back = nccl_xml::parse(&xml).unwrap_or_else(|e| panic!("{name}: {e}\n{xml}"));
 
         let gpus = |m: &Machine| -> Vec<(PciAddr, Option<u32>)> {
@@ -140,7 +140,7 @@ fn a_downtrained_link_is_written_at_its_maximum() {
     dev.link.max_width = Some(16);
     dev.link.current_speed = Some("2.5 GT/s PCIe".into());
     dev.link.current_width = Some(16);
-    let back = nccl_xml::parse(&topo_xml::render(&m)).expect("parses");
+    let back = nccl_xml::parse(&topo_xml::render(&m, &m.fabric_nics())).expect("parses");
     let link = &back.pci_device(gpu).expect("GPU written").link;
     assert_eq!(link.max_speed.as_deref(), Some("32.0 GT/s PCIe"));
     assert_eq!(link.max_width, Some(16));

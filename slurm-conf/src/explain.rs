@@ -3,13 +3,16 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args as ClapArgs, ValueEnum};
+use clap::Args as ClapArgs;
 use gpu_affinity::config::{self, Config};
 use gpu_affinity::cpuset::CpuSet;
-use gpu_affinity::fabric::{self, StepFabric, StepInputs, profiles};
+use gpu_affinity::fabric::{self, FabricDecision, StepInputs, profiles};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
+use gpu_affinity::slurm::gpu_ids::SlurmGpus;
+use gpu_affinity::slurm::read;
 use gpu_affinity::solver::{self, Mode, Plan, StepRequest};
+use gpu_affinity::{step_files, trust};
 
 use crate::machine_source::MachineArgs;
 use crate::{CliError, emit};
@@ -18,9 +21,17 @@ use crate::{CliError, emit};
 pub struct Args {
     #[command(flatten)]
     source: MachineArgs,
-    /// The step's GPUs: Slurm GPU indexes (0,1,...) or PCI addresses; default all.
+    /// The step's GPUs: Slurm GPU ids as SLURM_STEP_GPUS gives them (0,1,...; numbered
+    /// through gres.conf exactly as the plugin numbers them) or PCI addresses; default all.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     gpus: Vec<String>,
+    /// The gres.conf that numbers Slurm's GPU ids [default: next to $SLURM_CONF, else
+    /// /etc/slurm/gres.conf, when it exists; without one, ids are taken in minor order].
+    #[arg(long, value_name = "PATH")]
+    gres_conf: Option<PathBuf>,
+    /// The node whose gres.conf lines apply [default: this host's short name].
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
     /// The step's CPUs as a Linux cpulist; default all.
     #[arg(long, value_name = "LIST")]
     cpus: Option<String>,
@@ -30,8 +41,8 @@ pub struct Args {
     /// GPUs per task; default the GPUs divided evenly among the tasks.
     #[arg(long, value_name = "N")]
     gpus_per_task: Option<u32>,
-    #[arg(long, value_enum, default_value_t = ModeArg::Strict)]
-    mode: ModeArg,
+    #[arg(long, value_parser = mode_word, default_value = "strict")]
+    mode: Mode,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -44,22 +55,22 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     profiles_dir: Option<PathBuf>,
     /// The uid the config and profiles must belong to (tests; root otherwise).
-    #[arg(long, value_name = "UID", default_value_t = config::ROOT, hide = true)]
+    #[arg(long, value_name = "UID", default_value_t = trust::ROOT, hide = true)]
     trusted_owner: u32,
 }
 
 /// Where the plugin writes a generated NCCL topology file: its step directory under
-/// `run_dir` (spank-plugin/src/run_dir.rs), named after the job, step and slurmstepd.
+/// `run_dir`, named as the plugin names it, with the parts only a step knows left as
+/// placeholders.
 fn generated_topology_path(config: &Config) -> String {
     let run_dir = config
         .plugin
         .run_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(config::DEFAULT_RUN_DIR));
-    format!(
-        "{}/job<JOBID>.<STEPID>.<PID>/nccl-topo.xml",
-        run_dir.display()
-    )
+    step_files::topology_path(&run_dir, "<JOBID>", "<STEPID>", "<PID>")
+        .display()
+        .to_string()
 }
 
 /// explain's JSON: the plan's fields plus the fabric.
@@ -76,10 +87,9 @@ struct Report<'a> {
     topology: Option<&'a fabric::topo::TopoDecision>,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ModeArg {
-    Strict,
-    Prefer,
+/// `--mode`: the solver's own words, the ones `enforce` takes.
+fn mode_word(word: &str) -> Result<Mode, String> {
+    Mode::parse(word).ok_or_else(|| format!("'{word}': expected strict or prefer"))
 }
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
@@ -90,7 +100,14 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let fabric_nics = fabric::fabric_nics(&machine, &profiles);
     let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
     let root = args.source.sysfs_root.as_deref().unwrap_or(Path::new("/"));
-    let fabric = fabric_for(&machine, &plan, &config, &profiles, root);
+    let fabric = fabric_for(
+        &machine,
+        &plan,
+        &config,
+        &profiles,
+        root,
+        args.trusted_owner,
+    );
     if args.json {
         let report = Report {
             plan: &plan,
@@ -140,12 +157,13 @@ fn fabric_for(
     config: &Config,
     profiles: &profiles::Profiles,
     root: &Path,
-) -> StepFabric {
+    owner: u32,
+) -> FabricDecision {
     let existing = |key: &str| std::env::var(key).ok();
     // Looked up under the sysfs root, as the plugin does: a fixture tree carries its own
-    // node's vendor file.
+    // node's vendor file; trust-checked like the plugin's.
     let vendor_topology = |path: &str| {
-        gpu_affinity::sources::read_topology_under(root, path)
+        gpu_affinity::sources::read_topology_under(root, path, owner)
             .ok()
             .flatten()
     };
@@ -160,6 +178,34 @@ fn fabric_for(
     fabric::step_fabric(machine, plan, &inputs)
 }
 
+/// Slurm's GPU numbering for the node: core's one mapping, over the gres.conf the
+/// plugin would read (checked the same way).
+fn slurm_gpus(machine: &Machine, args: &Args) -> Result<SlurmGpus, CliError> {
+    let path = args.gres_conf.clone().unwrap_or_else(|| {
+        read::gres_conf_path(std::env::var_os("SLURM_CONF").map(PathBuf::from).as_deref())
+    });
+    let conf = read::read_gres_conf(&path, args.trusted_owner)
+        .map_err(|e| CliError(format!("gpu-affinity: {e}")))?;
+    if conf.is_none() && args.gres_conf.is_some() {
+        return Err(CliError(format!(
+            "gpu-affinity: gres.conf {} does not exist",
+            path.display()
+        )));
+    }
+    let node = args.node.clone().or_else(|| {
+        gpu_affinity::trust::open_regular(Path::new("/proc/sys/kernel/hostname"))
+            .and_then(|f| gpu_affinity::trust::read_bounded_text(f, 256))
+            .ok()
+            .and_then(|h| h.trim().split('.').next().map(str::to_string))
+    });
+    let node_gpus = conf.map(|c| c.node_gpus(node.as_deref().unwrap_or_default()));
+    Ok(SlurmGpus::number(
+        machine,
+        node_gpus.as_ref(),
+        &read::device_minor,
+    ))
+}
+
 fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError> {
     let gpus = if args.gpus.is_empty() {
         machine
@@ -168,9 +214,10 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
             .map(|g| g.pci)
             .collect()
     } else {
+        let numbering = slurm_gpus(machine, args)?;
         args.gpus
             .iter()
-            .map(|item| resolve_gpu(machine, item))
+            .map(|item| resolve_gpu(machine, &numbering, item))
             .collect::<Result<Vec<_>, _>>()?
     };
     let cpus = match &args.cpus {
@@ -181,10 +228,7 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
     if tasks == 0 {
         return Err(CliError("--tasks must be at least 1".into()));
     }
-    let mode = match args.mode {
-        ModeArg::Strict => Mode::Strict,
-        ModeArg::Prefer => Mode::Prefer,
-    };
+    let mode = args.mode;
     Ok(StepRequest {
         gpus,
         cpus,
@@ -194,17 +238,17 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
     })
 }
 
-/// A GPU named by Slurm index or by PCI address.
-fn resolve_gpu(machine: &Machine, item: &str) -> Result<PciAddr, CliError> {
+/// A GPU named by Slurm id or by PCI address.
+fn resolve_gpu(machine: &Machine, numbering: &SlurmGpus, item: &str) -> Result<PciAddr, CliError> {
     let item = item.trim();
     let ordered = machine.gpus_in_slurm_order();
-    if let Ok(index) = item.parse::<usize>() {
-        return ordered.get(index).map(|g| g.pci).ok_or_else(|| {
-            CliError(format!(
-                "--gpus: GPU index {index} out of range (the machine has {} GPUs)",
-                ordered.len()
-            ))
-        });
+    if let Ok(id) = item.parse::<u32>() {
+        return numbering
+            .map(&[id])
+            .map_err(|e| CliError(format!("--gpus: {e}")))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| CliError(format!("--gpus: GPU id {id} names no GPU")));
     }
     let addr: PciAddr = item.parse().map_err(|_| {
         CliError(format!(
@@ -297,7 +341,7 @@ fn render_table(plan: &Plan) -> String {
 }
 
 /// Detection with its evidence, then the environment split into node-wide and per-rank.
-fn render_fabric(fabric: &StepFabric) -> String {
+fn render_fabric(fabric: &FabricDecision) -> String {
     let d = &fabric.detection;
     let mut out = format!(
         "vendor {} instance {} profile {}\n",

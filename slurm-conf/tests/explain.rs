@@ -353,3 +353,66 @@ fn fixture_tree_is_world_readable_whatever_the_umask() {
     }
     assert!(dirs > 10 && files > 100, "{dirs} dirs, {files} files");
 }
+
+/// `--gpus` takes Slurm's ids through gres.conf, as the plugin does: with
+/// `File=/dev/nvidia[5,4]` id 0 is the GPU with minor 5, not the first by minor.
+#[test]
+fn gpus_are_numbered_through_gres_conf() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gres = dir.path().join("gres.conf");
+    std::fs::write(&gres, "Name=gpu File=/dev/nvidia[5,4]\n").expect("write");
+    let owner = std::fs::metadata(dir.path())
+        .expect("meta")
+        .uid()
+        .to_string();
+    let gres_arg = gres.to_string_lossy().into_owned();
+    let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    let by_minor = |m: u32| {
+        machine
+            .gpus
+            .iter()
+            .find(|g| g.minor == Some(m))
+            .map(|g| g.pci.to_string())
+            .expect("minor")
+    };
+    let out = gpu_affinity(&[
+        "explain",
+        "--machine",
+        "p5.48xlarge",
+        "--gpus",
+        "0,1",
+        "--gres-conf",
+        &gres_arg,
+        "--trusted-owner",
+        &owner,
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let gpus: Vec<String> = json["ranks"]
+        .as_array()
+        .expect("ranks")
+        .iter()
+        .map(|r| r["gpus"][0].as_str().expect("gpu").to_string())
+        .collect();
+    assert_eq!(gpus, vec![by_minor(5), by_minor(4)]);
+    let out = gpu_affinity(&[
+        "explain",
+        "--machine",
+        "p5.48xlarge",
+        "--gpus",
+        "2",
+        "--gres-conf",
+        &gres_arg,
+        "--trusted-owner",
+        &owner,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not among the node's 2 GPU ids"));
+}

@@ -391,9 +391,11 @@ fn refused(out: &Output, needle: &str) {
 
 /// The vendor NCCL topology file is looked up under `--sysfs-root`, as the plugin looks
 /// under `sysfs_root=`: a tree carrying a fitting /opt/microsoft/ndv5-topo.xml is told to
-/// use it; one carrying a file with swapped NUMA masks is refused and gets a generated one.
+/// use it; one carrying a file with swapped NUMA masks, or one others can write, is
+/// refused and gets a generated one.
 #[test]
 fn the_vendor_topology_file_is_read_under_the_sysfs_root() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let dir = tempfile::tempdir().expect("tempdir");
     let tree = dir.path().join("node");
     let out = gpu_affinity(
@@ -413,13 +415,25 @@ fn the_vendor_topology_file_is_read_under_the_sysfs_root() {
     let vendor_file = vendor_dir.join("ndv5-topo.xml");
     std::fs::write(
         &vendor_file,
-        gpu_affinity::fabric::topo_xml::render(&machine),
+        gpu_affinity::fabric::topo_xml::render(&machine, &machine.fabric_nics()),
     )
     .expect("write");
 
+    // The vendor file is a root-side input: it must be the trusted owner's (this test's).
+    let uid = std::fs::metadata(&vendor_file)
+        .expect("stat")
+        .uid()
+        .to_string();
     let explain = || {
         let out = gpu_affinity(
-            &["explain", "--sysfs-root", &tree.to_string_lossy(), "--json"],
+            &[
+                "explain",
+                "--sysfs-root",
+                &tree.to_string_lossy(),
+                "--json",
+                "--trusted-owner",
+                &uid,
+            ],
             &[],
         );
         ok(&out, "explain");
@@ -442,7 +456,7 @@ fn the_vendor_topology_file_is_read_under_the_sysfs_root() {
     swapped.numa_nodes[1].cpus = a;
     std::fs::write(
         &vendor_file,
-        gpu_affinity::fabric::topo_xml::render(&swapped),
+        gpu_affinity::fabric::topo_xml::render(&swapped, &swapped.fabric_nics()),
     )
     .expect("write");
     let json = explain();
@@ -451,6 +465,20 @@ fn the_vendor_topology_file_is_read_under_the_sysfs_root() {
         "{}",
         json["topology"]
     );
+    assert_ne!(
+        json["env"]["node"]["NCCL_TOPO_FILE"]["value"],
+        "/opt/microsoft/ndv5-topo.xml"
+    );
+
+    // A fitting file that others can write is not used either: the plugin's trust rule.
+    std::fs::write(
+        &vendor_file,
+        gpu_affinity::fabric::topo_xml::render(&machine, &machine.fabric_nics()),
+    )
+    .expect("write");
+    std::fs::set_permissions(&vendor_file, std::fs::Permissions::from_mode(0o664)).expect("chmod");
+    let json = explain();
+    assert_ne!(json["topology"]["decision"], "use", "{}", json["topology"]);
     assert_ne!(
         json["env"]["node"]["NCCL_TOPO_FILE"]["value"],
         "/opt/microsoft/ndv5-topo.xml"

@@ -5,6 +5,9 @@
 //! kernel without the planned NUMA node can silently narrow what was set.
 
 use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::pci::PciAddr;
+use gpu_affinity::plugin_env;
+use gpu_affinity::slurm::gpu_ids::{self, TaskGpus};
 use gpu_affinity::solver::{RankPlan, Violation};
 
 use crate::fabric_env;
@@ -117,23 +120,24 @@ pub fn apply_rank(
             warn_user(os, &line);
         }
     }
-    let Some(rank) = plan.ranks.iter().find(|r| r.rank == task.local) else {
-        let problem = format!("the plan has no binding for local task {}", task.local);
-        if strict {
-            return Err(refusal(task, &problem));
-        }
-        warn_user(
-            os,
-            &format!(
-                "gpu-affinity: warning: rank {}: {problem}; left unbound",
-                task.global
-            ),
+    let bound = match task_binding(step, task, host) {
+        Ok(b) => b,
+        Err(problem) => return unbound(strict, task, os, &problem),
+    };
+    if bound.is_some() && step.local_ids && step.resolved.verbose && task.local == 0 {
+        os.task_stderr(
+            "gpu-affinity: Slurm fences each task to its own GPU here (per-task binding under \
+             ConstrainDevices), which breaks CUDA IPC between ranks (open-mpi/ompi#11949); \
+             Slurm 23.11+ --gres-flags=allow-task-sharing lets the step's tasks share its GPUs",
         );
-        return Ok(Applied {
-            cpus: os.cpu_affinity().unwrap_or_default(),
-            mems: Vec::new(),
-            env: Vec::new(),
-        });
+    }
+    let rank = match &bound {
+        Some(b) => Some(b.rank),
+        None => plan.ranks.iter().find(|r| r.rank == task.local),
+    };
+    let Some(rank) = rank else {
+        let problem = format!("the plan has no binding for local task {}", task.local);
+        return unbound(strict, task, os, &problem);
     };
 
     let mut problems: Vec<String> = Vec::new();
@@ -150,6 +154,13 @@ pub fn apply_rank(
     }
 
     let mut env = rank_env(step, rank, &cpus, &mems);
+    if let Some(b) = &bound {
+        for (k, v) in &mut env {
+            if k == "CUDA_VISIBLE_DEVICES" {
+                *v = b.cuda.join(",");
+            }
+        }
+    }
     if topology_missing.is_some() {
         env.retain(|(k, _)| k != "NCCL_TOPO_FILE");
     }
@@ -162,9 +173,102 @@ pub fn apply_rank(
         })?;
     }
     if step.resolved.verbose {
-        os.task_stderr(&binding_line(step, task, rank, &cpus, &mems));
+        // The CUDA ids the task really got (a per-task binding rewrites them).
+        let cuda = env
+            .iter()
+            .find(|(k, _)| k == "CUDA_VISIBLE_DEVICES")
+            .map_or("", |(_, v)| v.as_str());
+        os.task_stderr(&binding_line(step, task, rank, cuda, &cpus, &mems));
     }
     Ok(Applied { cpus, mems, env })
+}
+
+/// A task with no binding to apply: refused under strict, left unbound with a warning
+/// under prefer.
+fn unbound(strict: bool, task: Task, os: &dyn Os, problem: &str) -> Result<Applied, Failure> {
+    if strict {
+        return Err(refusal(task, problem));
+    }
+    warn_user(
+        os,
+        &format!(
+            "gpu-affinity: warning: rank {}: {problem}; left unbound",
+            task.global
+        ),
+    );
+    Ok(Applied {
+        cpus: os.cpu_affinity().unwrap_or_default(),
+        mems: Vec::new(),
+        env: Vec::new(),
+    })
+}
+
+/// A task Slurm binds to GPUs of its own, and the plan's rank for those GPUs.
+struct TaskBound<'a> {
+    rank: &'a RankPlan,
+    /// CUDA_VISIBLE_DEVICES for them: under ConstrainDevices the task sees only its own
+    /// GPUs, so positions among those in PCI order; otherwise the step's ids.
+    cuda: Vec<String>,
+}
+
+/// With `--gpus-per-task` / `--gpu-bind`, Slurm gives each task its own GPUs (and under
+/// ConstrainDevices lets it open only those); the plan's rank order need not agree, so
+/// the task takes the rank planned on exactly those GPUs (its NICs and CPUs fit them).
+/// Which GPUs: replayed from `SLURMD_TRES_BIND`, which slurmstepd puts in each task's
+/// environment (the task's own `SLURM_STEP_GPUS` is rebased to 0 under confinement,
+/// measured on 22.05, so it cannot say). It only steers this user's own tasks.
+/// `Ok(None)`: no per-task binding, the task takes its local rank's plan.
+fn task_binding<'a>(
+    step: &'a StepPlan,
+    task: Task,
+    host: &dyn Host,
+) -> Result<Option<TaskBound<'a>>, String> {
+    let bind = host.getenv("SLURMD_TRES_BIND").ok().flatten();
+    let ids = match gpu_ids::task_gpus(bind.as_deref(), &step.slurm_ids, step.local_ids, task.local)
+    {
+        TaskGpus::Step => return Ok(None),
+        TaskGpus::Unknown(why) => {
+            return Err(format!(
+                "{why}, so which GPU Slurm gives local task {} is not known here",
+                task.local
+            ));
+        }
+        TaskGpus::Ids(ids) => ids,
+    };
+    let mut gpus: Vec<PciAddr> = ids
+        .iter()
+        .filter_map(|id| step.slurm_ids.iter().position(|s| s == id))
+        .filter_map(|i| step.cuda_ids.get(i).map(|(pci, _)| *pci))
+        .collect();
+    gpus.sort();
+    let rank = step
+        .plan
+        .ranks
+        .iter()
+        .find(|r| {
+            let mut g = r.gpus.clone();
+            g.sort();
+            g == gpus
+        })
+        .ok_or_else(|| {
+            format!(
+                "Slurm binds local task {} to GPU(s) {}, which no rank of the plan has",
+                task.local,
+                join(gpus.iter().map(|g| g.to_string()))
+            )
+        })?;
+    let cuda = rank
+        .gpus
+        .iter()
+        .map(|g| {
+            if step.local_ids {
+                gpus.iter().position(|p| p == g).unwrap_or(0).to_string()
+            } else {
+                step.cuda_id(*g).unwrap_or_default().to_string()
+            }
+        })
+        .collect();
+    Ok(Some(TaskBound { rank, cuda }))
 }
 
 /// Set the rank's CPU mask and return what the kernel reports back.
@@ -277,11 +381,14 @@ pub fn rank_env(
     let mut env = Vec::new();
     let mut set = |k: &str, v: String| env.push((k.to_string(), v));
     let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
-    set("CUDA_VISIBLE_DEVICES", cuda.join(","));
-    set("CUDA_DEVICE_ORDER", "PCI_BUS_ID".to_string());
-    set("GPU_AFFINITY_MODE", step.resolved.choice.to_string());
+    set(plugin_env::CUDA_VISIBLE_DEVICES, cuda.join(","));
+    set(plugin_env::CUDA_DEVICE_ORDER, "PCI_BUS_ID".to_string());
     set(
-        "GPU_AFFINITY_GPUS",
+        plugin_env::GPU_AFFINITY_MODE,
+        step.resolved.choice.to_string(),
+    );
+    set(
+        plugin_env::GPU_AFFINITY_GPUS,
         rank.gpus
             .iter()
             .map(|g| g.to_string())
@@ -289,15 +396,15 @@ pub fn rank_env(
             .join(","),
     );
     set(
-        "GPU_AFFINITY_NICS",
+        plugin_env::GPU_AFFINITY_NICS,
         rank.nics
             .iter()
             .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
             .collect::<Vec<_>>()
             .join(","),
     );
-    set("GPU_AFFINITY_CPUS", cpus.to_string());
-    set("GPU_AFFINITY_MEMS", list(mems));
+    set(plugin_env::GPU_AFFINITY_CPUS, cpus.to_string());
+    set(plugin_env::GPU_AFFINITY_MEMS, list(mems));
     let index = step
         .plan
         .ranks
@@ -313,21 +420,17 @@ fn binding_line(
     step: &StepPlan,
     task: Task,
     rank: &RankPlan,
+    cuda: &str,
     cpus: &CpuSet,
     mems: &[u32],
 ) -> String {
-    let cuda: Vec<&str> = rank.gpus.iter().filter_map(|g| step.cuda_id(*g)).collect();
     format!(
         "gpu-affinity: rank {} (local {}): mode {} GPUs {} (CUDA {}) NICs {} CPUs {} NUMA {}",
         task.global,
         task.local,
         step.resolved.choice,
         join(rank.gpus.iter().map(|g| g.to_string())),
-        if cuda.is_empty() {
-            "-".to_string()
-        } else {
-            cuda.join(",")
-        },
+        if cuda.is_empty() { "-" } else { cuda },
         join(
             rank.nics
                 .iter()

@@ -2,13 +2,12 @@
 //! the step directory task_post_fork wrote (a generated NCCL topology), removed here.
 
 use crate::guard::Failure;
-use crate::run_dir;
 use crate::state::Plugin;
 use crate::step::StepOutcome;
 
 pub fn exit(plugin: &Plugin) -> Result<(), Failure> {
     if let Some(dir) = plugin.step_dir()
-        && let Err(e) = run_dir::remove_step_dir(dir, run_dir::TOPOLOGY_FILE)
+        && let Err(e) = dir.remove()
     {
         log::error!("gpu-affinity: removing the step directory: {e}");
     }

@@ -68,8 +68,9 @@ pub fn step_env(
 ) -> StepFabric {
     let file = topology_dir.join(TOPOLOGY_FILE);
     let file_text = file.to_string_lossy().into_owned();
-    // Detection here sees the same machine and profiles as init_post_opt's, so it names
-    // the same file; nothing is read from disk now (user_init runs as the job user).
+    // Detection runs again here (and in fabric_nics) on the same machine and profiles as
+    // init_post_opt's, so it names the same file; nothing is read from disk now (user_init
+    // runs as the job user).
     let vendor_topology = |path: &str| {
         vendor
             .filter(|v| v.path == path)
@@ -111,10 +112,11 @@ pub fn step_env(
 
 /// Parse the vendor NCCL topology file a profile names (bounded read). With a
 /// `sysfs_root` other than `/` (tests, replayed dumps) the file is looked up under that
-/// root too, so a fixture tree carries its own node's files. `None`: absent or unusable.
+/// root too, so a fixture tree carries its own node's files. `None`: absent or unusable,
+/// untrusted included (not `owner`'s alone: it would steer every job's NCCL_TOPO_FILE).
 /// Read as root in init_post_opt (`node.rs`).
-pub fn vendor_topology(sysfs_root: &Path, path: &str) -> Option<Machine> {
-    match gpu_affinity::sources::read_topology_under(sysfs_root, path) {
+pub fn vendor_topology(sysfs_root: &Path, path: &str, owner: u32) -> Option<Machine> {
+    match gpu_affinity::sources::read_topology_under(sysfs_root, path, owner) {
         Ok(m) => m,
         Err(e) => {
             log::warn!("gpu-affinity: vendor NCCL topology file not used: {e}");

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::{Machine, PciLink};
+use gpu_affinity::slurm::gres_conf::GresConf;
 use gpu_affinity::sources::sysfs::Detail;
 
 use crate::host::{Context, Host, HostError, MemPolicy, OptionSpec, Os};
@@ -140,6 +141,11 @@ pub struct FakeOs {
     pub policy: RefCell<(MemPolicy, Vec<u32>)>,
     pub stderr: RefCell<Vec<String>>,
     pub policy_calls: Cell<u32>,
+    /// gres.conf text at any path (`None`: no file), read as `node`.
+    pub gres_conf: Option<String>,
+    pub node: String,
+    /// cgroup.conf's ConstrainDevices.
+    pub constrain_devices: bool,
 }
 
 impl FakeOs {
@@ -156,6 +162,9 @@ impl FakeOs {
             policy: RefCell::new((MemPolicy::Default, Vec::new())),
             stderr: RefCell::new(Vec::new()),
             policy_calls: Cell::new(0),
+            gres_conf: None,
+            node: "n1".into(),
+            constrain_devices: false,
         }
     }
 }
@@ -213,5 +222,26 @@ impl Os for FakeOs {
     }
     fn task_stderr(&self, line: &str) {
         self.stderr.borrow_mut().push(line.to_string());
+    }
+    fn read_gres_conf(&self, path: &Path, _owner: u32) -> Result<Option<GresConf>, String> {
+        self.gres_conf
+            .as_deref()
+            .map(|t| {
+                gpu_affinity::slurm::gres_conf::parse(t)
+                    .map_err(|e| format!("gres.conf {}:{}", path.display(), e))
+            })
+            .transpose()
+    }
+    fn constrain_devices(&self, _path: &Path, _owner: u32) -> Result<bool, String> {
+        Ok(self.constrain_devices)
+    }
+    fn slurmd_conf(&self) -> Option<PathBuf> {
+        Some(PathBuf::from("/etc/slurm/slurm.conf"))
+    }
+    fn node_name(&self) -> Option<String> {
+        Some(self.node.clone())
+    }
+    fn device_minor(&self, path: &str) -> Option<u32> {
+        gpu_affinity::slurm::gpu_ids::minor_from_name(path)
     }
 }

@@ -45,11 +45,15 @@ thread_local! {
 fn chain_panic_hook() {
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        if GUARDED.with(|g| g.get()) > 0 {
+        // `try_with`, never `with`: a panic can happen while this thread's locals are
+        // being destroyed (another plugin's thread-local destructor), and `with` on a
+        // destroyed local panics inside the panic hook, which aborts slurmstepd.
+        if GUARDED.try_with(|g| g.get()).unwrap_or(0) > 0 {
             let at = info
                 .location()
                 .map(|l| format!("{}:{}", l.file(), l.line()));
-            PANIC_AT.with(|p| *p.borrow_mut() = at);
+            // Gone already: the guard's line then goes without the location.
+            let _ = PANIC_AT.try_with(|p| *p.borrow_mut() = at);
         } else {
             previous(info);
         }
@@ -133,6 +137,43 @@ mod tests {
             "the previous hook saw it"
         );
         assert_eq!(INSIDE.load(Ordering::SeqCst), 0, "ours stayed quiet");
+    }
+
+    /// A panic inside a guard while the thread's locals are being torn down: our hook
+    /// must neither touch a destroyed local nor abort the process.
+    #[test]
+    fn a_panic_during_thread_teardown_does_not_abort() {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                // Locals are destroyed in reverse order of first use: PANIC_AT, used
+                // after this one, is gone by now (checked, so the test tests that case).
+                let gone = PANIC_AT.try_with(|_| ()).is_err();
+                GUARDED.with(|g| g.set(g.get() + 1));
+                let caught = std::panic::catch_unwind(|| panic!("panic during teardown"));
+                GUARDED.with(|g| g.set(g.get() - 1));
+                TEARDOWN.store(
+                    if gone && caught.is_err() { 1 } else { 2 },
+                    Ordering::SeqCst,
+                );
+            }
+        }
+        thread_local! {
+            static LATE: PanicsOnDrop = const { PanicsOnDrop };
+        }
+        static TEARDOWN: AtomicU32 = AtomicU32::new(0);
+        quiet_panics();
+        std::thread::spawn(|| {
+            LATE.with(|_| ());
+            PANIC_AT.with(|p| p.borrow_mut().take());
+        })
+        .join()
+        .expect("the thread ends normally");
+        assert_eq!(
+            TEARDOWN.load(Ordering::SeqCst),
+            1,
+            "the panic ran after PANIC_AT was destroyed and was caught"
+        );
     }
 
     #[test]

@@ -6,10 +6,11 @@
 //! unit tests drive every hook through fakes of both, without Slurm.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
+use gpu_affinity::slurm::gres_conf::GresConf;
 use gpu_affinity::sources::sysfs::Detail;
 
 /// Where the plugin was loaded (spank_context()).
@@ -113,4 +114,16 @@ pub trait Os {
     fn mempolicy(&self) -> Result<(MemPolicy, Vec<u32>), String>;
     /// One line on the task's own stderr (the user's output stream).
     fn task_stderr(&self, line: &str);
+    /// gres.conf at `path`, trust-checked for `owner` and opened without blocking
+    /// (`Ok(None)`: no such file); Err is one line naming the file and line.
+    fn read_gres_conf(&self, path: &Path, owner: u32) -> Result<Option<GresConf>, String>;
+    /// slurmd's own `SLURM_CONF` (this process's environment, root's: slurmd sets it for
+    /// itself and the slurmstepds it forks), where gres.conf sits next to slurm.conf.
+    fn slurmd_conf(&self) -> Option<PathBuf>;
+    /// This node's name as gres.conf's `NodeName=` means it (the short hostname).
+    fn node_name(&self) -> Option<String>;
+    /// cgroup.conf at `path` says `ConstrainDevices=yes` (trust-checked; no file: no).
+    fn constrain_devices(&self, path: &Path, owner: u32) -> Result<bool, String>;
+    /// The /dev/nvidiaN minor number of a device file gres.conf lists.
+    fn device_minor(&self, path: &str) -> Option<u32>;
 }

@@ -28,12 +28,19 @@ pub fn init_with_config(
         // slurmstepd decides the binding: a config it cannot trust is a load error.
         Context::Remote => settings::settings(&args, default_config, owner)?,
         // srun/sbatch only validate and print the floor note; a config the user
-        // cannot read must not stop their job from being submitted.
-        Context::Local | Context::Allocator => settings::settings(&args, default_config, owner)
-            .unwrap_or_else(|e| {
-                log::trace!("{e}; using plugstack.conf arguments only");
-                without_file(&args)
-            }),
+        // cannot read must not stop their job from being submitted. One named in
+        // plugstack.conf that does not exist is another matter: that is the admin's
+        // mistake, and carrying on without it would silently drop its `enforce`.
+        Context::Local | Context::Allocator => {
+            match settings::settings(&args, default_config, owner) {
+                Ok(settings) => settings,
+                Err(e) if args.config.as_deref().is_some_and(is_missing) => return Err(e.into()),
+                Err(e) => {
+                    log::trace!("{e}; using plugstack.conf arguments only");
+                    without_file(&args)
+                }
+            }
+        }
         _ => without_file(&args),
     };
     plugin.set_settings(settings);
@@ -45,6 +52,12 @@ pub fn init_with_config(
             .map_err(|e| Failure(format!("gpu-affinity: registering --gpu-affinity: {e}")))?;
     }
     Ok(())
+}
+
+/// Nothing at all at `path` (not even a dangling symlink). A file this user may not
+/// look at is not missing.
+fn is_missing(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
 }
 
 fn without_file(args: &Args) -> settings::Settings {

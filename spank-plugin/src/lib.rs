@@ -42,7 +42,8 @@
 //!
 //! Arguments are strict `key=value`; an unknown key or bad value is a load error naming
 //! it. `config` (default `/etc/gpu-affinity/config.toml` when present) must be owned by
-//! root and not writable by group or others. Its `[plugin]` table may set `default`,
+//! root and not writable by group or others; one named by `config=` that does not exist
+//! is a load error in srun and sbatch as well as on the node. Its `[plugin]` table may set `default`,
 //! `enforce`, `sysfs_root` and `run_dir`; its `[fabric]` table `force` (variables
 //! exported even when the user set them, e.g. `force = ["NCCL_IB_HCA"]`) and
 //! `profiles_dir`. Plugstack arguments win; unknown tables and keys are errors (format
@@ -65,9 +66,13 @@
 //! * `run_dir` (default `/run/gpu-affinity`): where slurmstepd writes, as root, the NCCL
 //!   topology generated for a step whose profile needs one and whose node lacks a fitting
 //!   vendor file: `run_dir/job<JOBID>.<STEPID>.<slurmstepd pid>/nccl-topo.xml` (0755 /
-//!   0644, never through a symlink), removed when the step ends. `run_dir` is created
+//!   0644, never through a symlink), removed when the step ends; one a killed
+//!   slurmstepd left is removed by the next step that writes one. `run_dir` is created
 //!   0755 when absent; an existing one must be root's, not writable by others and
-//!   searchable by job users.
+//!   searchable by job users, and every directory above it root's and not writable by
+//!   others (unless sticky, like /tmp), with no symlink on the way.
+//! * A profile's vendor NCCL topology file must be root's and not writable by group or
+//!   others; otherwise it is not used (a warning) and a topology is generated.
 //!
 //! Test builds (`--features panic-test`) also accept `test_panic=HOOK` (init,
 //! init_post_opt, user_init, task_post_fork, task_init, exit): slurmstepd panics inside

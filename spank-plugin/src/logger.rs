@@ -1,7 +1,12 @@
 //! The `log` facade, forwarded to Slurm's own log functions.
 //!
 //! Every line goes through a `"%s"` format so text from the topology or the user can
-//! never be read as printf directives. Where a line lands depends on the context:
+//! never be read as printf directives, and through [`printable`] so it can never forge a
+//! line of its own: values the user controls (`SLURM_STEP_GPUS`, `SLURM_GPUS_PER_TASK`,
+//! the option's text) reach slurmd's log, which admins and their tools read line by
+//! line, so a newline in one would start a line that looks like Slurm's own. Escaping
+//! here, at the one boundary every `log` macro passes, means no caller can forget it.
+//! Where a line lands depends on the context:
 //! srun prints errors on the user's terminal; in slurmstepd, errors from task hooks reach
 //! srun's stderr and everything lands in the slurmd log at the configured level.
 
@@ -50,12 +55,42 @@ pub fn install() {
     }
 }
 
-#[cfg(not(test))]
+/// `line` with every control character (C0, DEL, C1: newline, carriage return, escape,
+/// NUL, ...) written as a visible escape (`\n`, `\r`, `\t`, `\x1b`), so one logged
+/// line stays one line and cannot carry terminal escape sequences either.
+pub fn printable(line: &str) -> std::borrow::Cow<'_, str> {
+    use std::fmt::Write;
+    if !line.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 8);
+    for c in line.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => {
+                // Control characters are all below U+00A0: two hex digits name each.
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Send one line to Slurm (tests: to this thread's capture), made [`printable`] first.
 pub fn emit(level: SlurmLevel, line: &str) {
+    sink(level, &printable(line));
+}
+
+#[cfg(not(test))]
+fn sink(level: SlurmLevel, line: &str) {
     use crate::ffi;
     use std::ffi::CString;
 
-    let text = CString::new(line.replace('\0', " ")).unwrap_or_default();
+    // `printable` left no NUL, so this cannot fail; an empty line is the safe fallback.
+    let text = CString::new(line).unwrap_or_default();
     let fmt = c"%s".as_ptr();
     // SAFETY: the format is a literal "%s" and its one argument a valid C string that
     // lives across the call; Slurm copies the text.
@@ -76,7 +111,7 @@ thread_local! {
 
 /// Tests: lines are kept per thread instead of reaching Slurm (which is not linked).
 #[cfg(test)]
-pub fn emit(level: SlurmLevel, line: &str) {
+fn sink(level: SlurmLevel, line: &str) {
     CAPTURED.with(|c| c.borrow_mut().push((level, line.to_string())));
 }
 
@@ -87,4 +122,31 @@ pub fn emit(level: SlurmLevel, line: &str) {
 pub fn take() -> Vec<(SlurmLevel, String)> {
     install();
     CAPTURED.with(|c| std::mem::take(&mut *c.borrow_mut()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_so_a_value_cannot_forge_a_log_line() {
+        take();
+        let forged = "SLURM_STEP_GPUS='0,1\nerror: FORGED LINE\r\u{1b}[2J\0\u{7f}\u{85}\t'";
+        log::warn!("gpu-affinity: {forged}");
+        let logs = take();
+        assert_eq!(
+            logs,
+            vec![(
+                SlurmLevel::Info,
+                "gpu-affinity: SLURM_STEP_GPUS='0,1\\nerror: FORGED LINE\\r\\x1b[2J\\x00\\x7f\\x85\\t'"
+                    .to_string()
+            )]
+        );
+        assert!(logs[0].1.chars().all(|c| !c.is_control()));
+        // Ordinary text, non-ASCII included, passes unchanged and uncopied.
+        assert!(matches!(
+            printable("GPU 0000:18:00.0 (CUDA 0) — ok"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+    }
 }

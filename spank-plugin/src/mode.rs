@@ -4,7 +4,9 @@ use std::fmt;
 
 /// The mode and floor words are the admin config's (core), so plugstack.conf, the config
 /// file and `--gpu-affinity` accept the same ones.
-pub use gpu_affinity::config::{Choice, Floor};
+pub use gpu_affinity::config::Choice;
+/// The admin's floor (`enforce`) is a solver mode: the weakest a step may run with.
+pub use gpu_affinity::solver::Mode as Floor;
 
 /// The allowed values, as printed after a bad one.
 pub const ALLOWED: &str =
@@ -71,7 +73,7 @@ impl Resolved {
 pub fn resolve(user: Option<UserChoice>, default: Choice, floor: Option<Floor>) -> Resolved {
     let asked = user.map_or(default, |u| u.choice);
     let verbose = user.is_some_and(|u| u.verbose);
-    match floor.map(Floor::choice) {
+    match floor.map(Choice::from) {
         Some(min) if asked < min => Resolved {
             choice: min,
             verbose,

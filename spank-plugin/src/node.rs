@@ -17,6 +17,8 @@ use gpu_affinity::fabric::detect_with;
 use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::fabric::topo::{self, TopoDecision};
 use gpu_affinity::model::Machine;
+use gpu_affinity::slurm::gpu_ids::SlurmGpus;
+use gpu_affinity::slurm::read::{cgroup_conf_path, gres_conf_path};
 use gpu_affinity::sources::sysfs::Detail;
 
 use crate::fabric_env;
@@ -57,6 +59,11 @@ pub struct NodeInputs {
     pub warnings: Vec<String>,
     /// The vendor NCCL topology file the node's profile names, when it names one.
     pub vendor_topology: Option<VendorTopology>,
+    /// Slurm's GPU ids on this node -> the machine's GPUs (from gres.conf, read as root).
+    pub slurm_gpus: SlurmGpus,
+    /// cgroup.conf's ConstrainDevices: Slurm confines steps and tasks to their GPUs and
+    /// numbers them locally.
+    pub constrain_devices: bool,
 }
 
 /// A profile's vendor NCCL topology file, parsed as root.
@@ -99,7 +106,9 @@ pub fn prepare(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Prepared {
             "a batch, extern or interactive step",
         ));
     }
-    match step::step_gpus(host) {
+    // Only whether the step has GPUs matters here (the machine is not read yet); the
+    // ids are parsed against the node's GPU count in user_init.
+    match step::step_gpus(host, step::MAX_NODE_GPUS) {
         Ok(Some(g)) if !g.global.is_empty() => {}
         Ok(_) => return Prepared::Decided(StepOutcome::LeftAlone(NO_GPUS)),
         Err(reason) => return Prepared::Decided(step::unplannable(resolved, reason)),
@@ -126,6 +135,11 @@ pub fn read_node(
         .map_err(|e| {
             step::unplannable(resolved, format!("this node's topology is unknown ({e})"))
         })?;
+    let slurm_gpus = slurm_gpus(&machine, settings, resolved, os)?;
+    let cgroup_conf = cgroup_conf_path(os.slurmd_conf().as_deref());
+    let constrain_devices = os
+        .constrain_devices(&cgroup_conf, settings.owner)
+        .map_err(|reason| step::unplannable(resolved, reason))?;
     // An admin profile that cannot be used is the admin's to fix: strict refuses the
     // step with the reason, prefer carries on with the built-in profiles.
     let (profiles, warnings) =
@@ -145,7 +159,7 @@ pub fn read_node(
             }
         };
     let vendor_topology = topology_file(&machine, &profiles).map(|path| {
-        let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path);
+        let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path, settings.owner);
         if !matches!(
             topo::decide(&path, parsed.as_ref(), &machine),
             TopoDecision::Use { .. }
@@ -159,7 +173,56 @@ pub fn read_node(
         profiles,
         warnings,
         vendor_topology,
+        slurm_gpus,
+        constrain_devices,
     })
+}
+
+/// How Slurm numbers this node's GPUs: the gres.conf slurmd reads (plugstack
+/// `gres_conf=`, else next to slurmd's own slurm.conf, which on a configless node is
+/// the conf-cache), read as root. A gres.conf that cannot be used refuses the step under
+/// strict and leaves it unbound under prefer: with the numbering unknown a rank could be
+/// planned on a GPU that is not its own. Without a gres.conf at the discovered path the
+/// ids are taken in minor order (what `File=/dev/nvidia[0-N]` gives).
+fn slurm_gpus(
+    machine: &Machine,
+    settings: &Settings,
+    resolved: Resolved,
+    os: &dyn Os,
+) -> Result<SlurmGpus, StepOutcome> {
+    let path = settings
+        .gres_conf
+        .clone()
+        .unwrap_or_else(|| gres_conf_path(os.slurmd_conf().as_deref()));
+    let refuse = |reason: String| {
+        log::error!("gpu-affinity: {reason}");
+        step::unplannable(resolved, reason)
+    };
+    let node_gpus = match os.read_gres_conf(&path, settings.owner) {
+        Ok(Some(conf)) => {
+            let node = os
+                .node_name()
+                .ok_or_else(|| refuse("cannot tell this node's name for gres.conf".into()))?;
+            Some(conf.node_gpus(&node))
+        }
+        Ok(None) if settings.gres_conf.is_some() => {
+            return Err(refuse(format!(
+                "gres.conf {} (plugstack gres_conf=) does not exist",
+                path.display()
+            )));
+        }
+        Ok(None) => {
+            log::debug!(
+                "gpu-affinity: no gres.conf at {}; Slurm's GPU ids taken in minor order",
+                path.display()
+            );
+            None
+        }
+        Err(reason) => return Err(refuse(reason)),
+    };
+    Ok(SlurmGpus::number(machine, node_gpus.as_ref(), &|f| {
+        os.device_minor(f)
+    }))
 }
 
 /// The vendor topology file of the profile the node's detection picks, if it names one.

@@ -2,11 +2,12 @@
 //! the topology under a sysfs root.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
+use gpu_affinity::slurm::gres_conf::GresConf;
 use gpu_affinity::sources::sysfs::Detail;
 use nix::unistd::Pid;
 
@@ -28,6 +29,35 @@ const MAXNODE: libc::c_ulong = (MASK_WORDS * 64 + 1) as libc::c_ulong;
 pub struct LiveOs;
 
 impl Os for LiveOs {
+    fn read_gres_conf(&self, path: &Path, owner: u32) -> Result<Option<GresConf>, String> {
+        gpu_affinity::slurm::read::read_gres_conf(path, owner).map_err(|e| e.to_string())
+    }
+
+    fn constrain_devices(&self, path: &Path, owner: u32) -> Result<bool, String> {
+        gpu_affinity::slurm::read::read_constrain_devices(path, owner).map_err(|e| e.to_string())
+    }
+
+    fn slurmd_conf(&self) -> Option<PathBuf> {
+        std::env::var_os("SLURM_CONF").map(PathBuf::from)
+    }
+
+    fn node_name(&self) -> Option<String> {
+        let file =
+            gpu_affinity::trust::open_regular(Path::new("/proc/sys/kernel/hostname")).ok()?;
+        let name = gpu_affinity::trust::read_bounded_text(file, 256).ok()?;
+        let short = name
+            .trim()
+            .split('.')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        (!short.is_empty()).then_some(short)
+    }
+
+    fn device_minor(&self, path: &str) -> Option<u32> {
+        gpu_affinity::slurm::read::device_minor(path)
+    }
+
     fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String> {
         crate::topology::read_machine(root, detail)
     }
@@ -130,14 +160,22 @@ impl Os for LiveOs {
     }
 
     fn task_stderr(&self, line: &str) {
-        // The task's stderr is the user's output; a failed write must not fail the task.
-        let _ = writeln!(std::io::stderr(), "{line}");
+        // Escaped like every log line, so a value quoted in a warning stays one line in
+        // the job's output too. The task's stderr is the user's output; a failed write
+        // must not fail the task.
+        let _ = writeln!(std::io::stderr(), "{}", crate::logger::printable(line));
     }
 }
 
+/// A cpulist of NUMA nodes is a line; a page is far more than any machine writes.
+const ONLINE_MAX_BYTES: u64 = 4096;
+
 fn read_online_numa_nodes() -> Result<Vec<u32>, String> {
     let path = "/sys/devices/system/node/online";
-    match std::fs::read_to_string(path) {
+    // The one rule for every file the suite reads: never block on a FIFO, regular files only.
+    let read = gpu_affinity::trust::open_regular(std::path::Path::new(path))
+        .and_then(|f| gpu_affinity::trust::read_bounded_text(f, ONLINE_MAX_BYTES));
+    match read {
         Ok(text) => CpuSet::parse_list(text.trim())
             .map(|set| set.iter().collect())
             .map_err(|e| format!("{path}: {e}")),

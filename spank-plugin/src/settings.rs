@@ -37,6 +37,9 @@ pub struct Args {
     pub enforce: Option<Floor>,
     pub profiles_dir: Option<PathBuf>,
     pub run_dir: Option<PathBuf>,
+    /// `gres_conf=PATH`: the gres.conf slurmd reads, where discovery (next to slurmd's
+    /// own SLURM_CONF) would not find it.
+    pub gres_conf: Option<PathBuf>,
     /// `test_panic=HOOK` (builds with the `panic-test` feature only).
     pub test_panic: Option<String>,
 }
@@ -54,6 +57,9 @@ pub struct Settings {
     pub profiles_dir: PathBuf,
     /// Root-owned base of the per-step directories (a generated NCCL topology file).
     pub run_dir: PathBuf,
+    /// gres.conf named in plugstack.conf (`None`: next to slurmd's slurm.conf). A named
+    /// file that is missing is an error; a discovered one that is missing is not.
+    pub gres_conf: Option<PathBuf>,
     /// Fabric variables exported even when the user set them (`[fabric] force`).
     pub force: Vec<String>,
     /// The uid every root-side file and directory must belong to: root (tests: their own).
@@ -71,6 +77,7 @@ impl Default for Settings {
             config: None,
             profiles_dir: PathBuf::from(DEFAULT_PROFILE_DIR),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
+            gres_conf: None,
             force: Vec::new(),
             owner: 0,
             test_panic: None,
@@ -140,6 +147,12 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
                 }
                 args.run_dir = Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
             }
+            "gres_conf" => {
+                if args.gres_conf.is_some() {
+                    return Err(dup());
+                }
+                args.gres_conf = Some(absolute(value).ok_or_else(|| bad("an absolute path"))?);
+            }
             #[cfg(feature = "panic-test")]
             "test_panic" => {
                 if !PANIC_HOOKS.contains(&value) {
@@ -149,7 +162,7 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
             }
             _ => {
                 return Err(format!(
-                    "gpu-affinity: unknown plugstack.conf key '{key}' (known: config, sysfs_root, default, enforce, profiles_dir, run_dir)"
+                    "gpu-affinity: unknown plugstack.conf key '{key}' (known: config, sysfs_root, default, enforce, profiles_dir, run_dir, gres_conf)"
                 ));
             }
         }
@@ -191,6 +204,7 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
             .clone()
             .or(plugin.run_dir)
             .unwrap_or(base.run_dir),
+        gres_conf: args.gres_conf.clone(),
         force: fabric.force,
         owner,
         test_panic: args.test_panic.clone(),
@@ -327,6 +341,12 @@ mod tests {
             (s.profiles_dir.as_path(), s.run_dir.as_path()),
             (Path::new("/a/profiles.d"), Path::new("/a/run"))
         );
+        let a = parse_args(&["gres_conf=/etc/slurm/gres.conf"]).expect("gres_conf");
+        assert_eq!(
+            a.gres_conf.as_deref(),
+            Some(Path::new("/etc/slurm/gres.conf"))
+        );
+        assert!(parse_args(&["gres_conf=gres.conf"]).is_err());
         let err = parse_args(&["run_dir=run"]).expect_err("relative");
         assert!(err.contains("run_dir='run'"), "{err}");
     }

@@ -6,12 +6,12 @@
 //! single-threaded before any task is forked. So: set-once cells and an atomic, no
 //! `std::sync::Mutex` a panic could poison. Tests build their own [`Plugin`].
 
-use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::mode::{Choice, UserChoice};
 use crate::node::Prepared;
+use crate::run_dir::StepDir;
 use crate::settings::Settings;
 use crate::step::StepOutcome;
 
@@ -34,9 +34,9 @@ pub struct Plugin {
     /// What remote init_post_opt settled and read as root, for user_init.
     prepared: OnceLock<Prepared>,
     step: OnceLock<StepOutcome>,
-    /// task_post_fork's attempt at the step directory: `Some(dir)` once it exists (exit
-    /// removes it, written or not), `None` when it could not be made. Set once.
-    step_dir: OnceLock<Option<PathBuf>>,
+    /// task_post_fork's attempt at the step directory: `Some(dir)`, held open, once it
+    /// exists (exit removes it, written or not), `None` when it could not be made. Set once.
+    step_dir: OnceLock<Option<StepDir>>,
 }
 
 impl Plugin {
@@ -119,12 +119,12 @@ impl Plugin {
     }
 
     /// The step directory made for this step (exit removes it).
-    pub fn step_dir(&self) -> Option<&Path> {
-        self.step_dir.get().and_then(|d| d.as_deref())
+    pub fn step_dir(&self) -> Option<&StepDir> {
+        self.step_dir.get().and_then(Option::as_ref)
     }
 
     /// Only the first call counts: a directory recorded stays recorded.
-    pub fn set_step_dir(&self, made: Option<PathBuf>) {
+    pub fn set_step_dir(&self, made: Option<StepDir>) {
         let _ = self.step_dir.set(made);
     }
 }

@@ -2,13 +2,15 @@
 //!
 //! Inputs: the node's topology (from `sysfs_root`, root's choice, read as root in
 //! init_post_opt: [`crate::node`]), the step's GPUs from
-//! the job environment (`SLURM_STEP_GPUS` only: global ids = /dev/nvidiaN minor numbers),
+//! the job environment (`SLURM_STEP_GPUS` only: Slurm's gres ids, mapped to GPUs through
+//! gres.conf by core's `slurm::gpu_ids`, never taken as /dev/nvidiaN minors),
 //! the step's cores (`S_STEP_ALLOC_CORES`) and the local task count. The solver turns them into one binding per local rank.
 
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
+use gpu_affinity::slurm::gpu_ids::{self, SlurmGpus};
 use gpu_affinity::solver::{self, Plan, StepRequest};
 
 use crate::fabric_env::{self, StepFabric};
@@ -21,6 +23,10 @@ use crate::settings::Settings;
 /// Steps at or above this id are Slurm's own (batch script, extern, interactive):
 /// they are not a user's parallel step and are left alone.
 pub const FIRST_SPECIAL_STEP: u32 = 0xffff_fff0;
+
+/// The most GPUs a node is assumed to have before its topology is read (bounds the
+/// `SLURM_STEP_GPUS` check in init_post_opt).
+pub const MAX_NODE_GPUS: usize = 64;
 
 /// What user_init decided for the step; task_init acts on it.
 #[derive(Clone, Debug)]
@@ -49,6 +55,12 @@ pub struct StepPlan {
     pub plan: Plan,
     /// Each step GPU and the id the step's CUDA_VISIBLE_DEVICES used for it.
     pub cuda_ids: Vec<(PciAddr, String)>,
+    /// The step's Slurm GPU ids (`SLURM_STEP_GPUS`), in the order of `cuda_ids`.
+    pub slurm_ids: Vec<u32>,
+    /// Slurm confines devices and numbers GPUs locally (cgroup.conf ConstrainDevices):
+    /// `--gpu-bind=map_gpu` values count the step's GPUs, and a task bound to its own
+    /// GPUs sees only those.
+    pub local_ids: bool,
     /// The topology is the running kernel's own (`sysfs_root=/`).
     pub live: bool,
     pub job_id: u32,
@@ -72,7 +84,7 @@ impl StepPlan {
 /// The step's GPUs as Slurm named them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepGpus {
-    /// Global ids (device minor numbers), in Slurm's order.
+    /// Slurm's gres ids (positions in slurmd's device list), in Slurm's order.
     pub global: Vec<u32>,
     /// The ids CUDA_VISIBLE_DEVICES gives the same GPUs: equal to `global`, or local
     /// 0..n under device confinement.
@@ -89,7 +101,10 @@ pub struct StepGpus {
 /// `default=strict` would refuse; under device confinement its ids are local ones that
 /// no /dev/nvidiaN minor matches. It is read only for the id convention of a step that
 /// has `SLURM_STEP_GPUS`.
-pub fn step_gpus(host: &dyn Host) -> Result<Option<StepGpus>, String> {
+///
+/// The value is bounded ([`gpu_ids::parse_step_gpus`]: length, and ids at 4x `node_gpus`)
+/// and never echoed: on a cluster without gres gpu it is the user's own text.
+pub fn step_gpus(host: &dyn Host, node_gpus: usize) -> Result<Option<StepGpus>, String> {
     let env = |name: &str| -> Result<Option<String>, String> {
         Ok(host
             .getenv(name)
@@ -100,7 +115,7 @@ pub fn step_gpus(host: &dyn Host) -> Result<Option<StepGpus>, String> {
     let Some(step) = env("SLURM_STEP_GPUS")? else {
         return Ok(None);
     };
-    let global = parse_ids(&step).map_err(|e| format!("SLURM_STEP_GPUS='{step}': {e}"))?;
+    let global = gpu_ids::parse_step_gpus(&step, node_gpus).map_err(|e| e.to_string())?;
     let cuda = match env("CUDA_VISIBLE_DEVICES")? {
         Some(cvd) => {
             let list: Vec<String> = cvd.split(',').map(|s| s.trim().to_string()).collect();
@@ -140,59 +155,15 @@ pub fn gpus_per_task(value: &str) -> Result<Option<u32>, String> {
     Ok((total > 0).then_some(total))
 }
 
-/// "0,1,4-6" -> [0, 1, 4, 5, 6], order kept.
-fn parse_ids(text: &str) -> Result<Vec<u32>, String> {
-    let mut out = Vec::new();
-    for part in text.split(',').map(str::trim) {
-        let num = |s: &str| {
-            s.parse::<u32>()
-                .map_err(|_| format!("'{part}' is not a GPU id"))
-        };
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (num(a)?, num(b)?);
-                if b < a || b - a > 4096 {
-                    return Err(format!("'{part}' is not a GPU id range"));
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(num(part)?),
-        }
-    }
-    Ok(out)
-}
-
-/// Global GPU ids -> PCI addresses through the GPUs' /dev/nvidiaN minor numbers; on a
-/// topology without minor numbers, the n-th GPU in Slurm's order (PCI order).
-pub fn map_gpus(machine: &Machine, global: &[u32]) -> Result<Vec<PciAddr>, String> {
-    let has_minors = machine.gpus.iter().any(|g| g.minor.is_some());
-    let order = machine.gpus_in_slurm_order();
-    global
-        .iter()
-        .map(|&id| {
-            let found = if has_minors {
-                machine.gpus.iter().find(|g| g.minor == Some(id))
-            } else {
-                order.get(id as usize).copied()
-            };
-            found.map(|g| g.pci).ok_or_else(|| {
-                format!(
-                    "GPU {id} of this step (/dev/nvidia{id}) is not among the node's {} GPUs",
-                    machine.gpus.len()
-                )
-            })
-        })
-        .collect()
-}
-
 /// The ids the ranks' CUDA_VISIBLE_DEVICES give the step's GPUs (`gpus`, in Slurm's order,
 /// with `step.cuda` the step's own ids for them).
 ///
 /// The plugin sets CUDA_DEVICE_ORDER=PCI_BUS_ID, so CUDA reads an index as a position in
 /// PCI address order among the GPUs it can see: all of the node's, or under device
-/// confinement (local ids) the step's own. Slurm's ids count /dev/nvidiaN minors (or the
-/// step's GPUs in that order), which name the same GPUs only while minors rise with PCI
-/// address, as the NVIDIA driver normally numbers them. Where they do not, Slurm's id
+/// confinement (local ids) the step's own. Slurm's ids count gres.conf's devices (or the
+/// step's GPUs in that order), which name the same GPUs only while that order is PCI
+/// address order (`File=/dev/nvidia[0-7]` with the driver's usual minors, or
+/// AutoDetect=nvml). Where it is not, Slurm's id
 /// would open another GPU than the plan's, so the ids are translated to PCI positions and
 /// the note says so; otherwise Slurm's own ids are kept. Non-numeric ids (GPU UUIDs) do
 /// not depend on any order and are kept.
@@ -220,7 +191,7 @@ pub fn cuda_ids(
     match positions {
         Some(positions) if numeric && positions != step.cuda => {
             let note = format!(
-                "gpu-affinity: this node's GPU minor numbers do not rise with PCI address; CUDA_VISIBLE_DEVICES {} becomes {} (positions in PCI_BUS_ID order{})",
+                "gpu-affinity: Slurm's GPU ids on this node do not follow PCI address order; CUDA_VISIBLE_DEVICES {} becomes {} (positions in PCI_BUS_ID order{})",
                 step.cuda.join(","),
                 positions.join(","),
                 if confined {
@@ -331,6 +302,8 @@ pub struct StepFacts {
     pub job_id: u32,
     pub step_id: u32,
     pub uid: Option<u32>,
+    /// cgroup.conf's ConstrainDevices (see [`StepPlan::local_ids`]).
+    pub constrain_devices: bool,
 }
 
 /// What the fabric environment is rendered from, besides the machine and the plan
@@ -350,6 +323,7 @@ pub struct FabricSetup<'a> {
 /// `Refused` (strict) or `Unplanned` (prefer).
 pub fn plan_step(
     machine: &Machine,
+    slurm_gpus: &SlurmGpus,
     facts: StepFacts,
     fabric: FabricSetup<'_>,
     existing_env: &dyn Fn(&str) -> Option<String>,
@@ -357,9 +331,9 @@ pub fn plan_step(
     let Some(mode) = facts.resolved.choice.solver_mode() else {
         return StepOutcome::Off;
     };
-    let gpus = match map_gpus(machine, &facts.gpus.global) {
+    let gpus = match slurm_gpus.map(&facts.gpus.global) {
         Ok(g) => g,
-        Err(reason) => return unplannable(facts.resolved, reason),
+        Err(e) => return unplannable(facts.resolved, e.to_string()),
     };
     let mapped = facts
         .alloc_cores
@@ -403,11 +377,14 @@ pub fn plan_step(
     if let Some(note) = note {
         log::info!("{note}");
     }
+    let local_ids = facts.constrain_devices;
     let cuda_ids = gpus.into_iter().zip(cuda).collect();
     StepOutcome::Planned(Box::new(StepPlan {
         resolved: facts.resolved,
         plan,
         cuda_ids,
+        slurm_ids: facts.gpus.global.clone(),
+        local_ids,
         live: facts.live,
         job_id: facts.job_id,
         step_id: facts.step_id,

@@ -9,7 +9,7 @@
 //! refuses (strict) or warns and leaves NCCL_TOPO_FILE unset (prefer).
 
 use crate::guard::Failure;
-use crate::run_dir;
+use crate::run_dir::{self, StepDir};
 use crate::state::Plugin;
 use crate::step::StepOutcome;
 
@@ -26,16 +26,14 @@ pub fn task_post_fork(plugin: &Plugin) -> Result<(), Failure> {
     let settings = plugin.settings();
     // The directory is recorded for exit as soon as it exists (and is ours), so a failed
     // write cannot leave it behind.
-    let written = run_dir::prepare_step_dir(&settings.run_dir, &topology.dir, settings.owner)
-        .inspect(|()| plugin.set_step_dir(Some(topology.dir.clone())))
-        .and_then(|()| {
-            run_dir::write_in_step_dir(
-                &topology.dir,
-                run_dir::TOPOLOGY_FILE,
-                &topology.xml,
-                settings.owner,
-            )
-        });
+    let written = match StepDir::create(&settings.run_dir, &topology.dir, settings.owner) {
+        Ok(dir) => {
+            let written = dir.write(run_dir::TOPOLOGY_FILE, &topology.xml);
+            plugin.set_step_dir(Some(dir));
+            written
+        }
+        Err(e) => Err(e),
+    };
     match written {
         Ok(path) => log::debug!(
             "gpu-affinity: step {}.{}: NCCL topology written to {}",

@@ -141,6 +141,8 @@ fn step_plan(choice: Choice, live: bool, cuda: [&str; 2]) -> StepPlan {
             warnings: Vec::new(),
             fabric_nics: Vec::new(),
         },
+        slurm_ids: vec![2, 3],
+        local_ids: false,
         cuda_ids: vec![
             (pci("0003:00:00.0"), cuda[0].into()),
             (pci("0008:00:00.0"), cuda[1].into()),
@@ -216,6 +218,41 @@ fn init_fails_on_an_unknown_plugstack_key_naming_it() {
         "{err}"
     );
     assert!(host.registered.borrow().is_empty());
+}
+
+/// A config plugstack.conf names is the admin's: missing is a load error in every
+/// context that reads it (srun and sbatch included), never a silent fallback to defaults
+/// that would drop its `enforce`. Only the implicit default path may be absent, and only
+/// when nothing at all is there.
+#[test]
+fn a_named_config_that_is_missing_fails_init_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("absent.toml");
+    let argv = vec![
+        format!("config={}", missing.display()),
+        "enforce=strict".to_string(),
+    ];
+    for context in [Context::Local, Context::Allocator, Context::Remote] {
+        let plugin = Plugin::new();
+        let host = FakeHost::new(context);
+        let err = crate::init::init_with_config(&plugin, &host, &argv, &missing, uid())
+            .expect_err("named and missing");
+        assert!(
+            err.0.starts_with("gpu-affinity: config ")
+                && err.0.contains(&missing.display().to_string()),
+            "{context:?}: {err}"
+        );
+    }
+    // The implicit default: absent means defaults; a dangling symlink there is an error.
+    let plugin = Plugin::new();
+    let host = FakeHost::new(Context::Remote);
+    crate::init::init_with_config(&plugin, &host, &[], &missing, uid()).expect("absent default");
+    let dangling = dir.path().join("config.toml");
+    std::os::unix::fs::symlink(&missing, &dangling).expect("symlink");
+    let plugin = Plugin::new();
+    let err = crate::init::init_with_config(&plugin, &host, &[], &dangling, uid())
+        .expect_err("something is at the default path");
+    assert!(err.0.contains(&dangling.display().to_string()), "{err}");
 }
 
 #[test]
@@ -508,14 +545,14 @@ fn remote_hooks_do_nothing_outside_slurmstepd() {
 #[test]
 fn step_gpus_keep_slurms_convention() {
     let global = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("CUDA_VISIBLE_DEVICES", "2,3")]);
-    let g = step::step_gpus(&global).expect("ok").expect("gpus");
+    let g = step::step_gpus(&global, 8).expect("ok").expect("gpus");
     assert_eq!(
         (g.global, g.cuda),
         (vec![2, 3], vec!["2".to_string(), "3".to_string()])
     );
     // Device confinement: CUDA sees the step's GPUs as 0..n.
     let confined = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("CUDA_VISIBLE_DEVICES", "0,1")]);
-    let g = step::step_gpus(&confined).expect("ok").expect("gpus");
+    let g = step::step_gpus(&confined, 8).expect("ok").expect("gpus");
     assert_eq!(
         (g.global, g.cuda),
         (vec![2, 3], vec!["0".to_string(), "1".to_string()])
@@ -524,7 +561,7 @@ fn step_gpus_keep_slurms_convention() {
     // its form does not matter then.
     for cvd in ["1,3", "GPU-5a3c", "0"] {
         let inherited = gpu_host(&[("CUDA_VISIBLE_DEVICES", cvd)]);
-        assert_eq!(step::step_gpus(&inherited).expect("ok"), None, "{cvd}");
+        assert_eq!(step::step_gpus(&inherited, 8).expect("ok"), None, "{cvd}");
     }
     // A CUDA_VISIBLE_DEVICES that does not fit the step's GPUs: Slurm's global ids.
     let odd = gpu_host(&[
@@ -532,16 +569,16 @@ fn step_gpus_keep_slurms_convention() {
         ("CUDA_VISIBLE_DEVICES", "GPU-5a3c"),
     ]);
     assert_eq!(
-        step::step_gpus(&odd).expect("ok").map(|g| g.cuda),
+        step::step_gpus(&odd, 8).expect("ok").map(|g| g.cuda),
         Some(vec!["2".to_string(), "3".to_string()])
     );
     let bad = gpu_host(&[("SLURM_STEP_GPUS", "two")]);
     assert!(
-        step::step_gpus(&bad)
+        step::step_gpus(&bad, 8)
             .expect_err("bad")
-            .contains("SLURM_STEP_GPUS='two'")
+            .contains("SLURM_STEP_GPUS is not a list of GPU ids")
     );
-    assert_eq!(step::step_gpus(&gpu_host(&[])).expect("ok"), None);
+    assert_eq!(step::step_gpus(&gpu_host(&[]), 8).expect("ok"), None);
 }
 
 #[test]
@@ -610,6 +647,14 @@ fn a_typed_gpus_per_task_shapes_the_plan_and_a_malformed_one_is_warned_about() {
 
 /// The test machine with /dev/nvidiaN minors that do not follow PCI order: minors 1, 0,
 /// 3, 2 for GPUs 0001, 0002, 0003, 0008.
+fn minor_order(m: &Machine) -> gpu_affinity::slurm::gpu_ids::SlurmGpus {
+    gpu_affinity::slurm::gpu_ids::SlurmGpus::number(
+        m,
+        None,
+        &gpu_affinity::slurm::gpu_ids::minor_from_name,
+    )
+}
+
 fn swapped_minors() -> Machine {
     let mut m = machine();
     for (g, minor) in m.gpus.iter_mut().zip([1, 0, 3, 2]) {
@@ -626,19 +671,22 @@ fn cuda_ids_follow_pci_order_where_minors_do_not() {
     };
     let m = swapped_minors();
     // Global ids: GPU 0 is 0002:00:00.0, the second GPU in PCI order.
-    let mapped = step::map_gpus(&m, &[0, 1]).expect("mapped");
+    let mapped = minor_order(&m).map(&[0, 1]).expect("mapped");
     assert_eq!(mapped, vec![pci("0002:00:00.0"), pci("0001:00:00.0")]);
     let (ids, note) = step::cuda_ids(&m, &mapped, &gpus(&[0, 1], &["0", "1"]));
     assert_eq!(ids, ["1", "0"]);
-    assert!(note.expect("note").contains("do not rise with PCI address"));
+    assert!(
+        note.expect("note")
+            .contains("do not follow PCI address order")
+    );
     // Confined (local ids): positions among the step's own GPUs.
-    let mapped = step::map_gpus(&m, &[2, 3]).expect("mapped");
+    let mapped = minor_order(&m).map(&[2, 3]).expect("mapped");
     assert_eq!(mapped, vec![pci("0008:00:00.0"), pci("0003:00:00.0")]);
     let (ids, _) = step::cuda_ids(&m, &mapped, &gpus(&[2, 3], &["0", "1"]));
     assert_eq!(ids, ["1", "0"]);
     // Minors in PCI order: Slurm's ids stand, global or local.
     let m = machine();
-    let mapped = step::map_gpus(&m, &[2, 3]).expect("mapped");
+    let mapped = minor_order(&m).map(&[2, 3]).expect("mapped");
     for cuda in [["2", "3"], ["0", "1"]] {
         assert_eq!(
             step::cuda_ids(&m, &mapped, &gpus(&[2, 3], &cuda)),
@@ -647,7 +695,7 @@ fn cuda_ids_follow_pci_order_where_minors_do_not() {
     }
     // UUIDs name a GPU whatever the order.
     let m = swapped_minors();
-    let mapped = step::map_gpus(&m, &[0]).expect("mapped");
+    let mapped = minor_order(&m).map(&[0]).expect("mapped");
     assert_eq!(
         step::cuda_ids(&m, &mapped, &gpus(&[0], &["GPU-5a3c"])).0,
         ["GPU-5a3c"]
@@ -681,23 +729,107 @@ fn each_rank_opens_its_planned_gpu_when_minors_are_out_of_pci_order() {
     }
 }
 
+/// The /dev/nvidiaN minor (in [`machine`]) of the GPU task_init planned for `t`.
+fn planned_minor(t: &FakeHost) -> Option<u32> {
+    let gpu: PciAddr = t.var("GPU_AFFINITY_GPUS")?.parse().ok()?;
+    machine().gpus.iter().find(|g| g.pci == gpu)?.minor
+}
+
 #[test]
-fn gpu_ids_map_through_device_minors() {
-    let mut m = machine();
-    m.gpus.reverse();
-    m.gpus[0].minor = Some(7); // 0008:00:00.0 is /dev/nvidia7
-    let got = step::map_gpus(&m, &[7, 2]).expect("mapped");
-    assert_eq!(got, vec![pci("0008:00:00.0"), pci("0003:00:00.0")]);
-    let err = step::map_gpus(&m, &[3]).expect_err("no /dev/nvidia3");
-    assert!(err.contains("/dev/nvidia3"), "{err}");
-    // No minors known: Slurm's order (PCI order).
-    for g in &mut m.gpus {
-        g.minor = None;
+fn gpu_ids_are_gres_conf_positions_not_minors() {
+    // The layout: gres.conf lists nvidia3, 2 (out of order, a subset); Slurm's
+    // ids 0,1 are those, not /dev/nvidia0 and 1.
+    let plugin = remote_plugin(&["default=strict", "sysfs_root=/srv/fx"]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "0,1"), ("CUDA_VISIBLE_DEVICES", "0,1")]);
+    let mut os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    os.gres_conf = Some("NodeName=n1 Name=gpu File=/dev/nvidia[3,2]\n".into());
+    prepare_step(&plugin, &host, &os);
+    let mut planned = Vec::new();
+    for local in 0..2 {
+        let t = host.task(local, local);
+        dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
+        planned.push(planned_minor(&t).expect("planned"));
     }
-    assert_eq!(
-        step::map_gpus(&m, &[1]).expect("mapped"),
-        vec![pci("0002:00:00.0")]
+    planned.sort_unstable();
+    assert_eq!(planned, vec![2, 3]);
+}
+
+#[test]
+fn a_bad_gres_conf_refuses_strict_with_file_and_line() {
+    let plugin = remote_plugin(&["default=strict", "sysfs_root=/srv/fx"]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")]);
+    let mut os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    os.gres_conf = Some("Name=gpu File=/dev/nvidia0\nName=gpu Colour=red\n".into());
+    prepare_step(&plugin, &host, &os);
+    let t = host.task(0, 0);
+    let err = dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect_err("refused");
+    let text = format!("{err:?}");
+    assert!(
+        text.contains("gres.conf /etc/slurm/gres.conf:line 2"),
+        "{text}"
     );
+}
+
+#[test]
+fn per_task_binding_takes_the_rank_planned_on_the_tasks_gpu() {
+    // --gpu-bind=map_gpu:1,0: task 0 gets id 1, task 1 id 0; each must be planned on
+    // the GPU it can open, whatever the plan's own rank order.
+    let plugin = remote_plugin(&["default=strict", "sysfs_root=/srv/fx"]);
+    let host = gpu_host(&[
+        ("SLURM_STEP_GPUS", "0,1"),
+        ("CUDA_VISIBLE_DEVICES", "0,1"),
+        ("SLURMD_TRES_BIND", "gpu:map_gpu:1,0"),
+    ]);
+    let mut os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    os.gres_conf = Some("Name=gpu File=/dev/nvidia[0-1]\n".into());
+    os.constrain_devices = true;
+    prepare_step(&plugin, &host, &os);
+    for (local, want) in [(0, 1), (1, 0)] {
+        let t = host.task(local, local);
+        dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
+        assert_eq!(planned_minor(&t), Some(want), "task {local}");
+        // Confined to its one GPU, the task's CUDA index is 0.
+        assert_eq!(t.var("CUDA_VISIBLE_DEVICES").as_deref(), Some("0"));
+    }
+    // closest binds by CPUs: strict cannot tell the task's GPU and refuses.
+    let host = gpu_host(&[
+        ("SLURM_STEP_GPUS", "0,1"),
+        ("CUDA_VISIBLE_DEVICES", "0,1"),
+        ("SLURMD_TRES_BIND", "gpu:closest"),
+    ]);
+    prepare_step(&plugin, &host, &os);
+    let err = dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &os, &[]).expect_err("refused");
+    assert!(format!("{err:?}").contains("closest"), "{err:?}");
+}
+
+#[test]
+fn a_named_gres_conf_that_is_missing_refuses_strict() {
+    let plugin = remote_plugin(&[
+        "default=strict",
+        "sysfs_root=/srv/fx",
+        "gres_conf=/nonexistent/gres.conf",
+    ]);
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")]);
+    // FakeOs without gres_conf text: no file at any path.
+    let os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    prepare_step(&plugin, &host, &os);
+    let err = dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &os, &[]).expect_err("refused");
+    assert!(
+        format!("{err:?}")
+            .contains("gres.conf /nonexistent/gres.conf (plugstack gres_conf=) does not exist"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_huge_step_gpus_is_refused_in_one_short_line() {
+    let huge = ["0-4095"; 18_000].join(",");
+    let host = gpu_host(&[("SLURM_STEP_GPUS", huge.as_str())]);
+    let err = step::step_gpus(&host, 8).expect_err("too long");
+    assert!(err.len() < 100 && !err.contains("0-4095"), "{err}");
+    let host = gpu_host(&[("SLURM_STEP_GPUS", "0-40")]);
+    let err = step::step_gpus(&host, 8).expect_err("too many");
+    assert!(err.contains("more than 32"), "{err}");
 }
 
 #[test]
@@ -875,6 +1007,16 @@ fn device_confinement_keeps_local_ids() {
     // prefer: memory is preferred, not bound.
     assert_eq!(*os.policy.borrow(), (MemPolicy::Preferred, vec![1]));
     assert_eq!(t.var("GPU_AFFINITY_MODE").as_deref(), Some("prefer"));
+}
+
+/// The plugin's own variables are exactly the core's owned table, so no profile or
+/// `force` can override one of them (CUDA_DEVICE_ORDER was missing from it once).
+#[test]
+fn every_variable_the_plugin_sets_is_in_the_owned_table() {
+    let step = step_plan(Choice::Strict, false, ["2", "3"]);
+    let env = crate::apply::rank_env(&step, &step.plan.ranks[0], &cpus("1"), &[1]);
+    let keys: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, gpu_affinity::plugin_env::PLUGIN_VARS);
 }
 
 #[test]
@@ -1224,9 +1366,22 @@ struct NodeStep {
 impl NodeStep {
     /// `args`: extra plugstack arguments; `env`: the user's own job environment.
     fn new(name: &str, choice: &str, args: &[String], env: &[(&str, &str)]) -> NodeStep {
+        Self::with_tree(name, choice, args, env, |_| {})
+    }
+
+    /// [`NodeStep::new`], with `add` putting more files into the node's tree (its sysfs
+    /// root) before the step reads it.
+    fn with_tree(
+        name: &str,
+        choice: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+        add: impl FnOnce(&Path),
+    ) -> NodeStep {
         let catalog = gpu_affinity::catalog::machine(name).expect("catalog machine");
         let fixture = tempfile::tempdir().expect("tempdir");
         gpu_affinity::sources::fixture::write_fixture(&catalog, fixture.path()).expect("fixture");
+        add(fixture.path());
         let machine =
             crate::topology::read_machine(fixture.path(), Detail::Full).expect("sysfs reader");
         let gpu_count = machine.gpus.len();
@@ -1493,7 +1648,16 @@ fn azure_gets_a_generated_nccl_topology_that_describes_the_node() {
     // The placement read left the links out; the file still carries them, as a full read
     // of the node would give them.
     assert_eq!(node.os.link_reads.get(), 1);
-    assert_eq!(text, gpu_affinity::fabric::topo_xml::render(&node.machine));
+    assert_eq!(
+        text,
+        gpu_affinity::fabric::topo_xml::render(
+            &node.machine,
+            &gpu_affinity::fabric::fabric_nics(
+                &node.machine,
+                &gpu_affinity::fabric::profiles::Profiles::builtin()
+            )
+        )
+    );
     assert!(text.contains("link_speed=\"32.0 GT/s PCIe\""), "{text}");
     // NCCL reads back the node it was written from: the same GPUs and fabric NICs.
     let parsed = gpu_affinity::sources::nccl_xml::parse(&text).expect("NCCL topology XML");
@@ -1523,6 +1687,49 @@ fn azure_gets_a_generated_nccl_topology_that_describes_the_node() {
     dispatch(&node.plugin, Hook::Exit, &node.host, &node.os, &[]).expect("exit");
     assert!(!topology.dir.exists());
     assert!(step_dirs.is_dir());
+}
+
+/// The vendor file decides NCCL_TOPO_FILE for every job on the node: used when it is
+/// root's alone, refused (and a topology generated instead) when others can write it.
+#[test]
+fn a_vendor_topology_file_others_can_write_is_not_used() {
+    use std::os::unix::fs::PermissionsExt;
+    const VENDOR: &str = "/opt/microsoft/ndv5-topo.xml";
+    for (mode, used) in [(0o644, true), (0o664, false), (0o666, false)] {
+        logger::take();
+        let node = NodeStep::with_tree(AZURE, "strict", &[], &[], |root| {
+            let catalog = gpu_affinity::catalog::machine(AZURE).expect("catalog");
+            let file = root.join(VENDOR.trim_start_matches('/'));
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(
+                &file,
+                gpu_affinity::fabric::topo_xml::render(&catalog, &catalog.fabric_nics()),
+            )
+            .expect("write");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        });
+        let planned = node.planned();
+        let topo_file = planned
+            .fabric
+            .env
+            .node
+            .get("NCCL_TOPO_FILE")
+            .map(|v| v.value.clone());
+        let logs = logger::take();
+        if used {
+            assert_eq!(topo_file.as_deref(), Some(VENDOR), "{logs:?}");
+            assert!(planned.fabric.topology.is_none());
+        } else {
+            assert_ne!(topo_file.as_deref(), Some(VENDOR), "mode {mode:o}");
+            assert!(planned.fabric.topology.is_some(), "generated instead");
+            assert!(
+                logs.iter().any(|(_, t)| t.contains(&format!(
+                    "ndv5-topo.xml is writable by group or others (mode {mode:04o})"
+                ))),
+                "{logs:?}"
+            );
+        }
+    }
 }
 
 #[test]

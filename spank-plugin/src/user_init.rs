@@ -58,7 +58,7 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         } => (*resolved, *step_id, node),
     };
     let settings = plugin.settings();
-    let gpus = match step::step_gpus(host) {
+    let gpus = match step::step_gpus(host, node.machine.gpus.len()) {
         Ok(Some(g)) if !g.global.is_empty() => g,
         Ok(_) => return StepOutcome::LeftAlone(NO_GPUS),
         Err(reason) => return step::unplannable(resolved, reason),
@@ -97,8 +97,9 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         job_id: host.job_id().unwrap_or(0),
         step_id,
         uid: host.job_uid().ok(),
+        constrain_devices: node.constrain_devices,
     };
-    let outcome = step::plan_step(&node.machine, facts, fabric, &|name| {
+    let outcome = step::plan_step(&node.machine, &node.slurm_gpus, facts, fabric, &|name| {
         host.getenv(name).ok().flatten()
     });
     // Every task that takes a memory policy checks it against the kernel's online NUMA
@@ -114,5 +115,5 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
 }
 
 fn has_gpus(host: &dyn Host) -> bool {
-    matches!(step::step_gpus(host), Ok(Some(g)) if !g.global.is_empty())
+    matches!(step::step_gpus(host, step::MAX_NODE_GPUS), Ok(Some(g)) if !g.global.is_empty())
 }

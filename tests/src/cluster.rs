@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::stat::{Mode, SFlag, makedev, mknod};
 
-use crate::conf::{self, NodeShape, SlurmConf, TaskPlugin};
+use crate::conf::{self, GresLine, NodeShape, SlurmConf, TaskPlugin};
 use crate::daemon::{Daemon, STOP_GRACE};
 use crate::error::{Context, HarnessError, Result};
 use crate::lock::ClusterLock;
@@ -44,6 +44,10 @@ pub struct ClusterBuilder {
     task_plugin: TaskPlugin,
     shape: Option<NodeShape>,
     gpus: u32,
+    /// gres.conf's GPU lines; `None`: one line listing every fake device in order.
+    gres: Option<Vec<GresLine>>,
+    /// slurm.conf `GresTypes=gpu` (default on).
+    gres_types: bool,
     plugin: Option<PluginSetup>,
     sysfs: Option<SysfsSource>,
     slurmd_debug: String,
@@ -70,6 +74,8 @@ impl ClusterBuilder {
             task_plugin: TaskPlugin::None,
             shape: None,
             gpus: 8,
+            gres: None,
+            gres_types: true,
             plugin: None,
             sysfs: None,
             slurmd_debug: "info".to_owned(),
@@ -90,6 +96,23 @@ impl ClusterBuilder {
     /// Number of fake GPUs (`DIR/dev/nvidia0..N-1`, minors 0..N-1).
     pub fn gpus(mut self, gpus: u32) -> Self {
         self.gpus = gpus;
+        self
+    }
+
+    /// gres.conf's GPU lines over the fake devices (order, subsets, holes, lines for
+    /// other nodes); slurm.conf's `Gres=gpu:N` follows the lines for this node. The
+    /// fake devices stay `dev/nvidia0..N-1` for N from [`Self::gpus`] / the machine, so a
+    /// device no line lists still exists (and, unlisted, is not confined).
+    pub fn gres_layout(mut self, lines: Vec<GresLine>) -> Self {
+        self.gres = Some(lines);
+        self
+    }
+
+    /// A cluster without gres: no `GresTypes=gpu` and no GPU lines, so Slurm passes a
+    /// user's own `SLURM_STEP_GPUS` through to the plugin (hostile-input tests).
+    pub fn without_gres(mut self) -> Self {
+        self.gres_types = false;
+        self.gres = Some(Vec::new());
         self
     }
 
@@ -173,6 +196,7 @@ pub struct Cluster {
     plugstack: PathBuf,
     node: String,
     gpus: u32,
+    gres: Vec<GresLine>,
     sysfs_root: Option<PathBuf>,
     plugin_path: Option<PathBuf>,
     plugin_args: Vec<(String, String)>,
@@ -200,7 +224,13 @@ impl Cluster {
             mkdir(&path.join(sub), 0o1777)?;
         }
         let probe = path.join("lib/probe.sh");
-        write(&probe, &format!("#!/bin/sh\n{PROBE}\n"))?;
+        write(
+            &probe,
+            &format!(
+                "#!/bin/sh\nGA_DEV_DIR={}\n{PROBE}\n",
+                path.join("dev").display()
+            ),
+        )?;
         set_mode(&probe, 0o755)?;
 
         let node = short_hostname()?;
@@ -214,6 +244,7 @@ impl Cluster {
             path,
             node,
             gpus: b.gpus,
+            gres: Vec::new(),
             sysfs_root: None,
             plugin_path: None,
             plugin_args: Vec::new(),
@@ -265,6 +296,11 @@ impl Cluster {
             ));
         }
         cluster.shape = shape.clone();
+        let gres = b
+            .gres
+            .clone()
+            .unwrap_or_else(|| conf::default_gres_layout(b.gpus));
+        cluster.gres = gres.clone();
         let (ctld_port, slurmd_port) = ports::pick_pair()?;
         let cluster_name = format!("gat{}", std::process::id());
         let munge_socket = cluster.path.join("munge/munge.socket");
@@ -278,14 +314,15 @@ impl Cluster {
             plugstack: &cluster.plugstack,
             shape: &shape,
             task_plugin: b.task_plugin,
-            gpus: b.gpus,
+            gpus: conf::gres_count(&gres),
+            gres_types: b.gres_types,
             slurmd_debug: &b.slurmd_debug,
         }
         .render();
         write(&cluster.conf, &slurm_conf)?;
         write(
             &cluster.path.join("gres.conf"),
-            &conf::gres_conf(&cluster.node, &cluster.path.join("dev"), b.gpus),
+            &conf::gres_conf(&cluster.node, &cluster.path.join("dev"), &gres),
         )?;
         write(
             &cluster.path.join("cgroup.conf"),
@@ -482,6 +519,20 @@ impl Cluster {
         self.gpus
     }
 
+    /// gres.conf's GPU lines.
+    pub fn gres_layout(&self) -> &[GresLine] {
+        &self.gres
+    }
+
+    /// The fake devices gres.conf gives this node (the set, not Slurm's numbering).
+    pub fn gres_minors(&self) -> std::collections::BTreeSet<u32> {
+        self.gres
+            .iter()
+            .filter(|l| l.applies())
+            .flat_map(|l| l.minors.iter().copied())
+            .collect()
+    }
+
     /// The fixture tree passed to the plugin as `sysfs_root=`.
     pub fn sysfs_root(&self) -> Option<&Path> {
         self.sysfs_root.as_deref()
@@ -550,8 +601,9 @@ impl Cluster {
             format!("-n{tasks}"),
             format!("-c{}", self.shape.cpus()),
         ];
-        if self.gpus > 0 {
-            v.push(format!("--gres=gpu:{}", self.gpus));
+        let gpus = conf::gres_count(&self.gres);
+        if gpus > 0 {
+            v.push(format!("--gres=gpu:{gpus}"));
         }
         v
     }

@@ -99,6 +99,8 @@ pub struct SlurmConf<'a> {
     pub shape: &'a NodeShape,
     pub task_plugin: TaskPlugin,
     pub gpus: u32,
+    /// `GresTypes=gpu` (without it Slurm leaves a user's own SLURM_STEP_GPUS alone).
+    pub gres_types: bool,
     /// SlurmdDebug level; `verbose` makes the plugin's per-step summary visible in slurmd.log.
     pub slurmd_debug: &'a str,
 }
@@ -138,7 +140,9 @@ impl SlurmConf<'_> {
         line(format!("TaskPlugin={task}"));
         line("SelectType=select/cons_tres".into());
         line("SelectTypeParameters=CR_Core".into());
-        line("GresTypes=gpu".into());
+        if self.gres_types {
+            line("GresTypes=gpu".into());
+        }
         line("AccountingStorageType=accounting_storage/none".into());
         line("JobAcctGatherType=jobacct_gather/none".into());
         line("JobCompType=jobcomp/none".into());
@@ -170,20 +174,99 @@ impl SlurmConf<'_> {
     }
 }
 
-/// gres.conf listing the fake GPU device nodes `dev_dir/nvidia0..N-1`.
-pub fn gres_conf(node: &str, dev_dir: &Path, gpus: u32) -> String {
-    match gpus {
-        0 => String::new(),
-        1 => format!(
-            "NodeName={node} Name=gpu File={}/nvidia0\n",
-            dev_dir.display()
-        ),
-        n => format!(
-            "NodeName={node} Name=gpu File={}/nvidia[0-{}]\n",
-            dev_dir.display(),
-            n - 1
-        ),
+/// Which node a gres.conf line is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GresNode {
+    /// `NodeName=<this node> Name=gpu ...`.
+    This,
+    /// `NodeName=<other> Name=gpu ...`: a line slurmd must skip.
+    Other(String),
+    /// `Name=gpu ...` without NodeName: every node.
+    Every,
+}
+
+/// One `Name=gpu File=...` line of gres.conf over the fake devices `dev/nvidiaN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GresLine {
+    pub node: GresNode,
+    /// The minors the line lists, in its order; a rising run of several is written as a
+    /// range (`nvidia[4-7]`), anything else as a bracket list or one file.
+    pub minors: Vec<u32>,
+}
+
+impl GresLine {
+    pub fn this_node(minors: &[u32]) -> Self {
+        Self {
+            node: GresNode::This,
+            minors: minors.to_vec(),
+        }
     }
+
+    pub fn every_node(minors: &[u32]) -> Self {
+        Self {
+            node: GresNode::Every,
+            minors: minors.to_vec(),
+        }
+    }
+
+    pub fn other_node(node: &str, minors: &[u32]) -> Self {
+        Self {
+            node: GresNode::Other(node.to_owned()),
+            minors: minors.to_vec(),
+        }
+    }
+
+    /// Whether slurmd on `node` reads this line.
+    pub fn applies(&self) -> bool {
+        !matches!(self.node, GresNode::Other(_))
+    }
+
+    fn files(&self, dev_dir: &Path) -> String {
+        let d = dev_dir.display();
+        let m = &self.minors;
+        let rising = m.windows(2).all(|w| w[1] == w[0] + 1);
+        match m.as_slice() {
+            [one] => format!("{d}/nvidia{one}"),
+            [first, .., last] if rising => format!("{d}/nvidia[{first}-{last}]"),
+            _ => format!(
+                "{d}/nvidia[{}]",
+                m.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+            ),
+        }
+    }
+}
+
+/// The default layout: one line for this node listing `dev/nvidia0..N-1` in order.
+pub fn default_gres_layout(gpus: u32) -> Vec<GresLine> {
+    if gpus == 0 {
+        Vec::new()
+    } else {
+        vec![GresLine::this_node(&(0..gpus).collect::<Vec<_>>())]
+    }
+}
+
+/// The number of GPUs the lines give `node` (slurm.conf's `Gres=gpu:N` must agree).
+pub fn gres_count(lines: &[GresLine]) -> u32 {
+    let n: usize = lines
+        .iter()
+        .filter(|l| l.applies())
+        .map(|l| l.minors.len())
+        .sum();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// gres.conf with `lines` over the fake GPU device nodes in `dev_dir`.
+pub fn gres_conf(node: &str, dev_dir: &Path, lines: &[GresLine]) -> String {
+    let mut s = String::new();
+    for l in lines.iter().filter(|l| !l.minors.is_empty()) {
+        let prefix = match &l.node {
+            GresNode::This => format!("NodeName={node} "),
+            GresNode::Other(other) => format!("NodeName={other} "),
+            GresNode::Every => String::new(),
+        };
+        s.push_str(&format!("{prefix}Name=gpu File={}\n", l.files(dev_dir)));
+    }
+    s
 }
 
 /// cgroup.conf (read next to slurm.conf); only the cgroup plugins use it.
@@ -236,6 +319,7 @@ mod tests {
             shape: &shape,
             task_plugin,
             gpus: 8,
+            gres_types: true,
             slurmd_debug: "info",
         }
         .render()
@@ -281,14 +365,26 @@ mod tests {
 
     #[test]
     fn gres_conf_lists_the_fake_devices() {
+        let d = Path::new("/d");
         assert_eq!(
-            gres_conf("n1", Path::new("/d"), 8),
+            gres_conf("n1", d, &default_gres_layout(8)),
             "NodeName=n1 Name=gpu File=/d/nvidia[0-7]\n"
         );
         assert_eq!(
-            gres_conf("n1", Path::new("/d"), 1),
+            gres_conf("n1", d, &default_gres_layout(1)),
             "NodeName=n1 Name=gpu File=/d/nvidia0\n"
         );
-        assert_eq!(gres_conf("n1", Path::new("/d"), 0), "");
+        assert_eq!(gres_conf("n1", d, &default_gres_layout(0)), "");
+        let layout = [
+            GresLine::every_node(&[5, 4]),
+            GresLine::other_node("n9", &[0]),
+            GresLine::this_node(&[6, 7]),
+        ];
+        assert_eq!(
+            gres_conf("n1", d, &layout),
+            "Name=gpu File=/d/nvidia[5,4]\nNodeName=n9 Name=gpu File=/d/nvidia0\n\
+             NodeName=n1 Name=gpu File=/d/nvidia[6-7]\n"
+        );
+        assert_eq!(gres_count(&layout), 4);
     }
 }

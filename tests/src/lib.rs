@@ -22,7 +22,7 @@ pub mod prereq;
 pub mod report;
 
 pub use cluster::{BatchJob, ClientOptions, Cluster, ClusterBuilder};
-pub use conf::{NodeShape, TaskPlugin};
+pub use conf::{GresLine, GresNode, NodeShape, TaskPlugin};
 pub use error::{HarnessError, Result};
 pub use plugin::Variant;
 pub use report::{StepOutput, TaskReport};

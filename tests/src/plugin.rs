@@ -95,21 +95,49 @@ fn locate_or_build(variant: Variant) -> Result<PathBuf> {
             dir.join("debug").join(LIB_FILE)
         }
     };
+    run_build(cmd, &format!("the plugin ({variant:?})"), built)
+}
+
+/// Run a prepared `cargo build` and return `built`, which it must have produced.
+fn run_build(mut cmd: Command, what: &str, built: PathBuf) -> Result<PathBuf> {
     let out = cmd
         .output()
-        .context(|| format!("run {:?} to build the plugin", cmd.get_program()))?;
+        .context(|| format!("run {:?} to build {what}", cmd.get_program()))?;
     if !out.status.success() {
         return Err(HarnessError(format!(
-            "building the plugin ({variant:?}) failed ({}): {}",
+            "building {what} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
     if !built.is_file() {
         return Err(harness_err!(
-            "cargo built {PACKAGE} but {} does not exist",
+            "cargo built {what} but {} does not exist",
             built.display()
         ));
     }
     Ok(built)
+}
+
+/// The admin command `gpu-affinity` (debug build), built like the plugin so a test
+/// compares the plugin with the `explain` of the same source.
+pub fn admin_cli() -> Result<PathBuf> {
+    static CLI: OnceLock<Result<PathBuf>> = OnceLock::new();
+    CLI.get_or_init(|| {
+        let mut cmd = Command::new(cargo());
+        cmd.current_dir(workspace_root()).args([
+            "build",
+            "--quiet",
+            "-p",
+            "gpu-affinity-slurm-conf",
+            "--bin",
+            "gpu-affinity",
+        ]);
+        run_build(
+            cmd,
+            "gpu-affinity",
+            target_dir().join("debug").join("gpu-affinity"),
+        )
+    })
+    .clone()
 }

@@ -19,6 +19,17 @@ pub const PROBE: &str = r#"echo "user=$(id -un)"
 echo "cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)"
 echo "mempolicy=$(awk 'NR==1 {print $2}' /proc/self/numa_maps)"
 env | grep -E '^(GPU_AFFINITY_[A-Z_]*|CUDA_VISIBLE_DEVICES|CUDA_DEVICE_ORDER|UCX_NET_DEVICES|SLURM_PROCID|SLURM_LOCALID|SLURM_STEP_GPUS|SLURM_JOB_GPUS)=' | sed 's/^/env:/'
+for f in ${GA_DEV_DIR:-/nonexistent}/nvidia*; do
+  [ -e "$f" ] || continue
+  m=$( (exec 3<"$f") 2>&1 )
+  case "$m" in
+    "") r=OK ;;
+    *"No such device"*) r=ENXIO ;;
+    *"not permitted"*) r=EPERM ;;
+    *) r=OTHER ;;
+  esac
+  echo "dev:${f##*/nvidia}=$r"
+done
 true"#;
 
 /// One task's view of itself.
@@ -33,11 +44,23 @@ pub struct TaskReport {
     pub mempolicy: String,
     /// The selected environment variables the task saw.
     pub env: BTreeMap<String, String>,
+    /// Fake GPU device minor -> how opening it ended: `ENXIO` (allowed, no driver),
+    /// `EPERM` (withheld by device confinement), `OK` or `OTHER`.
+    pub devices: BTreeMap<u32, String>,
 }
 
 impl TaskReport {
     pub fn env(&self, key: &str) -> Option<&str> {
         self.env.get(key).map(String::as_str)
+    }
+
+    /// The fake GPU minors this task may open (ENXIO: the cgroup let it through).
+    pub fn openable_devices(&self) -> Vec<u32> {
+        self.devices
+            .iter()
+            .filter(|(_, r)| r.as_str() == "ENXIO")
+            .map(|(m, _)| *m)
+            .collect()
     }
 
     /// Every `GPU_AFFINITY_*` variable, for "the plugin did nothing" checks.
@@ -122,6 +145,12 @@ pub fn parse_probe(stdout: &str) -> Result<BTreeMap<u32, TaskReport>> {
             if let Some((k, v)) = kv.split_once('=') {
                 task.env.insert(k.to_owned(), v.to_owned());
             }
+        } else if let Some(kv) = rest.strip_prefix("dev:") {
+            if let Some((minor, result)) = kv.split_once('=')
+                && let Ok(minor) = minor.parse()
+            {
+                task.devices.insert(minor, result.to_owned());
+            }
         } else if let Some(v) = rest.strip_prefix("user=") {
             task.user = v.to_owned();
         } else if let Some(v) = rest.strip_prefix("cpus=") {
@@ -141,7 +170,8 @@ mod tests {
     #[test]
     fn parses_labelled_probe_lines() {
         let text = "0: user=root\n1: user=nobody\n0: cpus=0\n1: cpus=1\n0: mempolicy=bind:0\n\
-                    0: env:GPU_AFFINITY_GPUS=0001:00:00.0\n0: env:UCX_NET_DEVICES=mlx5_0:1\n";
+                    0: env:GPU_AFFINITY_GPUS=0001:00:00.0\n0: env:UCX_NET_DEVICES=mlx5_0:1\n\
+                    0: dev:5=ENXIO\n0: dev:4=EPERM\n";
         let tasks = parse_probe(text).expect("parse");
         assert_eq!(tasks.len(), 2);
         assert_eq!(tasks[&0].cpus, "0");
@@ -149,6 +179,8 @@ mod tests {
         assert_eq!(tasks[&1].user, "nobody");
         assert_eq!(tasks[&0].env("UCX_NET_DEVICES"), Some("mlx5_0:1"));
         assert_eq!(tasks[&0].gpu_affinity_env().len(), 1);
+        assert_eq!(tasks[&0].openable_devices(), vec![5]);
+        assert_eq!(tasks[&0].devices[&4], "EPERM");
     }
 
     #[test]

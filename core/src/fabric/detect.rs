@@ -28,6 +28,60 @@ mod gpu_id {
     pub use crate::numa::c2c_gpu::{GB200, GB300, GB300_B};
 }
 
+/// The instance families detection names from the hardware: the one list profiles'
+/// `[match] family` is checked against (a family nothing detects would never match).
+/// AWS families also come from DMI `product_name` (its part before the first `.`), so an
+/// AWS profile may name one this list lacks.
+pub mod family {
+    pub const P4D: &str = "p4d";
+    pub const P4DE: &str = "p4de";
+    pub const P5: &str = "p5";
+    pub const P5EN: &str = "p5en";
+    pub const P5E: &str = "p5e";
+    pub const NDA100V4: &str = "nda100v4";
+    pub const NDV5: &str = "ndv5";
+    pub const A3_HIGH: &str = "a3-high";
+    pub const A3_MEGA: &str = "a3-mega";
+    pub const A3_ULTRA: &str = "a3-ultra";
+    pub const A4: &str = "a4";
+    pub const OCI_GPU4: &str = "oci-gpu4";
+    pub const OCI_A100_V2: &str = "oci-a100-v2";
+    pub const OCI_H100: &str = "oci-h100";
+    pub const OCI_H200: &str = "oci-h200";
+    pub const ND_GB200_V6: &str = "nd-gb200-v6";
+    pub const ND_GB300_V6: &str = "nd-gb300-v6";
+    pub const A4X: &str = "a4x";
+    pub const OCI_B200: &str = "oci-b200";
+    pub const OCI_GB200_V3: &str = "oci-gb200-v3";
+    pub const OCI_GB200: &str = "oci-gb200";
+    pub const OCI_GB300: &str = "oci-gb300";
+
+    pub const ALL: &[&str] = &[
+        P4D,
+        P4DE,
+        P5,
+        P5EN,
+        P5E,
+        NDA100V4,
+        NDV5,
+        A3_HIGH,
+        A3_MEGA,
+        A3_ULTRA,
+        A4,
+        OCI_GPU4,
+        OCI_A100_V2,
+        OCI_H100,
+        OCI_H200,
+        ND_GB200_V6,
+        ND_GB300_V6,
+        A4X,
+        OCI_B200,
+        OCI_GB200_V3,
+        OCI_GB200,
+        OCI_GB300,
+    ];
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Vendor {
@@ -39,6 +93,15 @@ pub enum Vendor {
 }
 
 impl Vendor {
+    /// Every vendor: the one list profiles' `vendor` is checked against.
+    pub const ALL: [Vendor; 5] = [
+        Vendor::Aws,
+        Vendor::Azure,
+        Vendor::Gcp,
+        Vendor::Oci,
+        Vendor::Unknown,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Vendor::Aws => "aws",
@@ -47,6 +110,19 @@ impl Vendor {
             Vendor::Oci => "oci",
             Vendor::Unknown => "unknown",
         }
+    }
+
+    /// A vendor name, any case.
+    pub fn parse(name: &str) -> Option<Vendor> {
+        Vendor::ALL
+            .into_iter()
+            .find(|v| v.as_str().eq_ignore_ascii_case(name))
+    }
+
+    /// "aws, azure, gcp, oci or unknown", for messages.
+    pub fn expected() -> String {
+        let names: Vec<&str> = Vendor::ALL.iter().map(|v| v.as_str()).collect();
+        crate::model::one_of(&names)
     }
 }
 
@@ -283,21 +359,31 @@ fn infer(
             }
             let efa = hw.count(NicKind::Efa);
             match (gpu, efa) {
-                (Some(gpu_id::A100_40G), 1..) => {
-                    found(s("p4d.24xlarge"), "p4d", " (DMI product_name missing)")
-                }
-                (Some(gpu_id::A100_80G), 1..) => {
-                    found(s("p4de.24xlarge"), "p4de", " (DMI product_name missing)")
-                }
+                (Some(gpu_id::A100_40G), 1..) => found(
+                    s("p4d.24xlarge"),
+                    family::P4D,
+                    " (DMI product_name missing)",
+                ),
+                (Some(gpu_id::A100_80G), 1..) => found(
+                    s("p4de.24xlarge"),
+                    family::P4DE,
+                    " (DMI product_name missing)",
+                ),
                 (Some(gpu_id::H100_SXM), 1..) => {
-                    found(s("p5.48xlarge"), "p5", " (DMI product_name missing)")
+                    found(s("p5.48xlarge"), family::P5, " (DMI product_name missing)")
                 }
                 (Some(gpu_id::H200_SXM), _) if hw.has_id(vendor::AMAZON, 0xefa2) || efa == 16 => {
-                    found(s("p5en.48xlarge"), "p5en", " (DMI product_name missing)")
+                    found(
+                        s("p5en.48xlarge"),
+                        family::P5EN,
+                        " (DMI product_name missing)",
+                    )
                 }
-                (Some(gpu_id::H200_SXM), 1..) => {
-                    found(s("p5e.48xlarge"), "p5e", " (DMI product_name missing)")
-                }
+                (Some(gpu_id::H200_SXM), 1..) => found(
+                    s("p5e.48xlarge"),
+                    family::P5E,
+                    " (DMI product_name missing)",
+                ),
                 _ => {
                     evidence.push(format!(
                         "{describe}: DMI product_name missing and no known AWS GPU instance fits"
@@ -315,30 +401,32 @@ fn infer(
                 return (None, None);
             }
             match gpu {
-                Some(gpu_id::A100_40G) => found(s("Standard_ND96asr_v4"), "nda100v4", ""),
-                Some(gpu_id::A100_80G) => found(s("Standard_ND96amsr_A100_v4"), "nda100v4", ""),
-                Some(gpu_id::H100_SXM) => found(s("Standard_ND96isr_H100_v5"), "ndv5", ""),
-                Some(gpu_id::H200_SXM) => found(s("Standard_ND96isr_H200_v5"), "ndv5", ""),
+                Some(gpu_id::A100_40G) => found(s("Standard_ND96asr_v4"), family::NDA100V4, ""),
+                Some(gpu_id::A100_80G) => {
+                    found(s("Standard_ND96amsr_A100_v4"), family::NDA100V4, "")
+                }
+                Some(gpu_id::H100_SXM) => found(s("Standard_ND96isr_H100_v5"), family::NDV5, ""),
+                Some(gpu_id::H200_SXM) => found(s("Standard_ND96isr_H200_v5"), family::NDV5, ""),
                 Some(gpu_id::GB200) => found(
                     s("Standard_ND128isr_NDR_GB200_v6"),
-                    "nd-gb200-v6",
+                    family::ND_GB200_V6,
                     " (Grace + GB200)",
                 ),
                 Some(gpu_id::GB300 | gpu_id::GB300_B) => found(
                     s("Standard_ND128isr_GB300_v6"),
-                    "nd-gb300-v6",
+                    family::ND_GB300_V6,
                     " (Grace + GB300)",
                 ),
                 // Vendor topology files carry class codes only; the NUMA layout still tells
                 // the two ND generations apart (A100 v4: 4 NUMA nodes, v5: 2).
                 None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 4 => found(
                     None,
-                    "nda100v4",
+                    family::NDA100V4,
                     " (GPU model unknown; 4 NUMA nodes as on ND A100 v4)",
                 ),
                 None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 2 => found(
                     None,
-                    "ndv5",
+                    family::NDV5,
                     " (GPU model unknown; 2 NUMA nodes as on ND H100 v5 / H200 v5)",
                 ),
                 _ => {
@@ -354,27 +442,27 @@ fn infer(
             match (gpu, gvnic, roce) {
                 (_, 4, 0) if h100 => found(
                     s("a3-highgpu-8g"),
-                    "a3-high",
+                    family::A3_HIGH,
                     " (4 GPU gVNICs: GPUDirect-TCPX)",
                 ),
                 (_, 8, 0) if h100 => found(
                     s("a3-megagpu-8g"),
-                    "a3-mega",
+                    family::A3_MEGA,
                     " (8 GPU gVNICs: GPUDirect-TCPXO)",
                 ),
                 (Some(gpu_id::H200_SXM), _, 1..) => found(
                     s("a3-ultragpu-8g"),
-                    "a3-ultra",
+                    family::A3_ULTRA,
                     " (ConnectX RoCE: GPUDirect RDMA over gIB)",
                 ),
                 (Some(gpu_id::B200), _, 1..) => found(
                     s("a4-highgpu-8g"),
-                    "a4",
+                    family::A4,
                     " (ConnectX RoCE: GPUDirect RDMA over gIB)",
                 ),
                 (Some(gpu_id::GB200), _, 1..) => found(
                     s("a4x-highgpu-4g"),
-                    "a4x",
+                    family::A4X,
                     " (Grace + GB200, ConnectX RoCE: GPUDirect RDMA over gIB)",
                 ),
                 _ => {
@@ -392,29 +480,29 @@ fn infer(
                 return (None, None);
             }
             match gpu {
-                Some(gpu_id::A100_40G) => found(s("BM.GPU4.8"), "oci-gpu4", ""),
+                Some(gpu_id::A100_40G) => found(s("BM.GPU4.8"), family::OCI_GPU4, ""),
                 Some(gpu_id::A100_80G) => found(
                     s("BM.GPU.A100-v2.8"),
-                    "oci-a100-v2",
+                    family::OCI_A100_V2,
                     " (BM.GPU.B4.8 has the same GPUs and NICs)",
                 ),
-                Some(gpu_id::H100_SXM) => found(s("BM.GPU.H100.8"), "oci-h100", ""),
-                Some(gpu_id::H200_SXM) => found(s("BM.GPU.H200.8"), "oci-h200", ""),
-                Some(gpu_id::B200) => found(s("BM.GPU.B200.8"), "oci-b200", ""),
+                Some(gpu_id::H100_SXM) => found(s("BM.GPU.H100.8"), family::OCI_H100, ""),
+                Some(gpu_id::H200_SXM) => found(s("BM.GPU.H200.8"), family::OCI_H200, ""),
+                Some(gpu_id::B200) => found(s("BM.GPU.B200.8"), family::OCI_B200, ""),
                 // GB200-v3.4 has 8 ConnectX-8 functions; GB200.4 / v2.4 have 4 RDMA NICs
                 // (oci-hpc-oke by-shape doc @ 13dc0a1f), for which no profile is written.
                 Some(gpu_id::GB200) if rdma_functions >= 8 => found(
                     s("BM.GPU.GB200-v3.4"),
-                    "oci-gb200-v3",
+                    family::OCI_GB200_V3,
                     " (Grace + GB200, 8 RDMA functions)",
                 ),
                 Some(gpu_id::GB200) => found(
                     s("BM.GPU.GB200.4"),
-                    "oci-gb200",
+                    family::OCI_GB200,
                     " (Grace + GB200, fewer than 8 RDMA functions)",
                 ),
                 Some(gpu_id::GB300 | gpu_id::GB300_B) => {
-                    found(s("BM.GPU.GB300.4"), "oci-gb300", " (Grace + GB300)")
+                    found(s("BM.GPU.GB300.4"), family::OCI_GB300, " (Grace + GB300)")
                 }
                 // Hand-flattened vendor files (oci-hpc samples/gpu/topo-flattened*.xml)
                 // give bus ids and classes only. The AMD A100 shapes run NPS4 (GPUs on 4
@@ -425,12 +513,12 @@ fn infer(
                     match hw.cpus_per_numa {
                         Some(16) => found(
                             s("BM.GPU4.8"),
-                            "oci-gpu4",
+                            family::OCI_GPU4,
                             " (GPU model unknown; NPS4 NUMA nodes of 16 CPUs: 2x 32-core EPYC as on BM.GPU4.8)",
                         ),
                         Some(32) => found(
                             s("BM.GPU.A100-v2.8"),
-                            "oci-a100-v2",
+                            family::OCI_A100_V2,
                             " (GPU model unknown; NPS4 NUMA nodes of 32 CPUs: 2x 64-core EPYC as on BM.GPU.A100-v2.8 / BM.GPU.B4.8)",
                         ),
                         other => {

@@ -1,7 +1,7 @@
 //! Fabric: which cloud and instance a node is, and the NCCL / libfabric / UCX
 //! environment its vendor publishes for it.
 //!
-//! Three pure steps, no I/O:
+//! Three pure steps (the only I/O is [`profiles`]' reader of the admin's directory):
 //! 1. [`detect`] reads the DMI identity and the GPU/NIC PCI ids of a [`Machine`] and names
 //!    the vendor, the instance type and the profile to use, with one evidence line per fact.
 //! 2. [`profiles`] holds the vendor profiles: TOML data files embedded in the binary,
@@ -14,8 +14,7 @@
 //! [`topo`] decides whether a vendor NCCL topology file fits the live node, and
 //! [`topo_xml`] writes one from the model when it does not.
 
-mod builtin_profiles;
-mod detect;
+pub mod detect;
 pub mod profiles;
 mod render;
 mod step;
@@ -25,4 +24,4 @@ pub mod topo_xml;
 
 pub use detect::{Detection, Vendor, detect, detect_with};
 pub use render::{Env, EnvValue, Origin, render_env};
-pub use step::{StepFabric, StepInputs, fabric_nics, step_fabric};
+pub use step::{FabricDecision, StepInputs, fabric_nics, step_fabric};

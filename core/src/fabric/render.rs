@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::profiles::{Profile, SetMode};
+use super::profiles::{Combine, Profile};
 use super::template::{self, Scope};
 use super::topo::TopoDecision;
 use crate::model::{Machine, Nic};
@@ -147,7 +147,6 @@ pub fn render_env(
         ..Env::default()
     };
     let decide = |key: &str, value: String, var: &super::profiles::Var| -> EnvValue {
-        let is_forced = forced.iter().any(|k| k == key);
         let from_profile = |value: String, forced: bool| EnvValue {
             value,
             origin: Origin::Profile {
@@ -157,23 +156,26 @@ pub fn render_env(
                 forced,
             },
         };
-        match (existing(key), var.mode) {
-            (Some(user), SetMode::Prepend) if !user.is_empty() => {
-                if user.split(':').any(|p| p == value) {
-                    EnvValue {
-                        value: user,
-                        origin: Origin::UserSet,
-                    }
-                } else {
-                    from_profile(format!("{value}:{user}"), false)
+        // A search path keeps the user's entries, forced or not.
+        if var.combine == Combine::Prepend
+            && let Some(user) = existing(key).filter(|u| !u.is_empty())
+        {
+            return if user.split(':').any(|p| p == value) {
+                EnvValue {
+                    value: user,
+                    origin: Origin::UserSet,
                 }
-            }
-            (Some(user), _) if !is_forced => EnvValue {
+            } else {
+                from_profile(format!("{value}:{user}"), false)
+            };
+        }
+        match user_value(key, existing, forced) {
+            UserValue::Wins(user) => EnvValue {
                 value: user,
                 origin: Origin::UserSet,
             },
-            (Some(_), _) => from_profile(value, true),
-            (None, _) => from_profile(value, false),
+            UserValue::Forced => from_profile(value, true),
+            UserValue::Unset => from_profile(value, false),
         }
     };
 
@@ -242,6 +244,29 @@ pub fn render_env(
     env
 }
 
+/// What the task's own value of a variable does to the suite's.
+enum UserValue {
+    /// The task's environment does not have it: the suite's value applies.
+    Unset,
+    /// The user set it and the admin does not force it: the user's value stays.
+    Wins(String),
+    /// The user set it but the admin config forces the key: the suite's value applies.
+    Forced,
+}
+
+/// "The user wins unless forced", the one rule for every variable the fabric sets.
+fn user_value(
+    key: &str,
+    existing: &dyn Fn(&str) -> Option<String>,
+    forced: &[String],
+) -> UserValue {
+    match existing(key) {
+        None => UserValue::Unset,
+        Some(_) if forced.iter().any(|k| k == key) => UserValue::Forced,
+        Some(user) => UserValue::Wins(user),
+    }
+}
+
 impl Env {
     /// Apply the NCCL topology file decision (see [`super::topo::decide`]):
     /// keep the vendor file, or point NCCL_TOPO_FILE at `generated_path` (which the front
@@ -255,9 +280,7 @@ impl Env {
         forced: &[String],
     ) {
         const KEY: &str = "NCCL_TOPO_FILE";
-        if let Some(user) = existing(KEY)
-            && !forced.iter().any(|k| k == KEY)
-        {
+        if let UserValue::Wins(user) = user_value(KEY, existing, forced) {
             self.node.insert(
                 KEY.to_string(),
                 EnvValue {

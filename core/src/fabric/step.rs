@@ -24,9 +24,10 @@ pub struct StepInputs<'a> {
     pub generated_topology_path: &'a str,
 }
 
-/// The fabric part of a step: what was detected and what to export.
+/// What the fabric facade decided for one step: the detection, what to export and the
+/// NCCL topology file. (The plugin keeps its own `fabric_env::StepFabric` from it.)
 #[derive(Clone, Debug, Serialize)]
-pub struct StepFabric {
+pub struct FabricDecision {
     pub detection: Detection,
     pub env: Env,
     /// The topology decision, when the profile names a vendor topology file.
@@ -54,11 +55,11 @@ pub fn fabric_nics<'m>(machine: &'m Machine, profiles: &Profiles) -> Vec<&'m Nic
 
 /// Detect the vendor, render the profile's environment for `plan`, and settle
 /// NCCL_TOPO_FILE.
-pub fn step_fabric(machine: &Machine, plan: &Plan, inputs: &StepInputs<'_>) -> StepFabric {
+pub fn step_fabric(machine: &Machine, plan: &Plan, inputs: &StepInputs<'_>) -> FabricDecision {
     let detection = detect_with(machine, inputs.profiles);
     let Some(profile) = inputs.profiles.get(&detection.profile) else {
         // detect_with only names profiles from the set it was given.
-        return StepFabric {
+        return FabricDecision {
             detection,
             env: Env::default(),
             topology: None,
@@ -82,8 +83,8 @@ pub fn step_fabric(machine: &Machine, plan: &Plan, inputs: &StepInputs<'_>) -> S
         .node
         .get("NCCL_TOPO_FILE")
         .filter(|v| v.to_export() && v.value == inputs.generated_topology_path)
-        .map(|_| topo_xml::render(machine));
-    StepFabric {
+        .map(|_| topo_xml::render(machine, &profile.fabric_nics(machine)));
+    FabricDecision {
         detection,
         env,
         topology,

@@ -21,14 +21,14 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The devices worth writing: GPUs, NICs and every bridge above one.
-fn wanted(m: &Machine) -> Vec<PciAddr> {
+/// The devices worth writing: GPUs, the fabric NICs and every bridge above one.
+fn wanted(m: &Machine, fabric: &[&Nic]) -> Vec<PciAddr> {
     let mut keep: Vec<PciAddr> = Vec::new();
     let leaves = m
         .gpus
         .iter()
         .map(|g| g.pci)
-        .chain(m.nics.iter().filter(|n| is_fabric(m, n.pci)).map(|n| n.pci));
+        .chain(fabric.iter().map(|n| n.pci));
     for leaf in leaves {
         for a in std::iter::once(leaf).chain(m.ancestors(leaf)) {
             if !keep.contains(&a) {
@@ -38,10 +38,6 @@ fn wanted(m: &Machine) -> Vec<PciAddr> {
     }
     keep.sort();
     keep
-}
-
-fn is_fabric(m: &Machine, addr: PciAddr) -> bool {
-    m.fabric_nics().iter().any(|n| n.pci == addr)
 }
 
 fn attrs(d: &PciDevice) -> String {
@@ -114,12 +110,15 @@ fn write_device(t: &Tree<'_>, d: &PciDevice, depth: usize, out: &mut String) {
     let _ = writeln!(out, "{pad}</pci>");
 }
 
-/// Render the model as an NCCL topology XML document.
-pub fn render(machine: &Machine) -> String {
+/// Render the model as an NCCL topology XML document, with `fabric` as its NICs: the
+/// profile's fabric set ([`super::fabric_nics`]), the same NICs ranks are given and
+/// NCCL_IB_HCA lists, so a host NIC the profile leaves out is not offered to NCCL here
+/// either.
+pub fn render(machine: &Machine, fabric: &[&Nic]) -> String {
     let tree = Tree {
         m: machine,
-        keep: wanted(machine),
-        fabric: machine.fabric_nics(),
+        keep: wanted(machine, fabric),
+        fabric: fabric.to_vec(),
     };
     let keep = &tree.keep;
     let tops: Vec<&PciDevice> = machine

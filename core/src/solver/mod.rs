@@ -34,7 +34,8 @@ use locality::{Nearness, Place};
 
 pub use ranks::MAX_TASKS;
 
-/// How a step treats placement problems.
+/// How a step treats placement problems. Also the admin's floor (`enforce`): the
+/// weakest of these a step may run with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
@@ -42,6 +43,17 @@ pub enum Mode {
     Strict,
     /// Violations become warnings; the best plan still applies.
     Prefer,
+}
+
+impl Mode {
+    /// `prefer` or `strict`, the words of `enforce`, `--mode` and `--gpu-affinity`.
+    pub fn parse(word: &str) -> Option<Mode> {
+        match word {
+            "prefer" => Some(Mode::Prefer),
+            "strict" => Some(Mode::Strict),
+            _ => None,
+        }
+    }
 }
 
 /// What the step asks for on this node.

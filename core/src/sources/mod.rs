@@ -112,6 +112,12 @@ pub enum TopologyError {
     #[error("topology file {} is not UTF-8 text", path.display())]
     NotUtf8 { path: PathBuf },
 
+    /// The file is not root's alone (owner, or group/other write): it decides
+    /// NCCL_TOPO_FILE for every job on the node, so it is refused like an untrusted
+    /// config or profile.
+    #[error(transparent)]
+    Untrusted(#[from] crate::trust::TrustError),
+
     /// Any of the above, in a named file.
     #[error("{}: {source}", path.display())]
     InFile {
@@ -257,25 +263,48 @@ pub fn parse_topology(text: &str) -> Result<Machine, TopologyError> {
 /// The vendor NCCL topology file a profile names (an absolute path on the node), looked
 /// up under `root` (the sysfs root: `/` on a live node, a fixture or replayed tree
 /// otherwise, which then carries its own node's files). `Ok(None)` when absent.
-/// The plugin and `gpu-affinity explain` both read it this way.
-pub fn read_topology_under(root: &Path, path: &str) -> Result<Option<Machine>, TopologyError> {
+/// The plugin and `gpu-affinity explain` both read it this way. The file is a root-side
+/// input (Invariant 2): the opened file must belong to `owner` (root; tests pass their
+/// own uid) and not be writable by group or others.
+pub fn read_topology_under(
+    root: &Path,
+    path: &str,
+    owner: u32,
+) -> Result<Option<Machine>, TopologyError> {
     let full = root.join(path.trim_start_matches('/'));
     if !full.exists() {
         return Ok(None);
     }
-    read_topology_file(&full).map(Some)
+    let file = open_topology(&full)?;
+    let meta = file.metadata().map_err(|source| TopologyError::Io {
+        path: full.clone(),
+        source,
+    })?;
+    crate::trust::check_trusted(&meta, "vendor NCCL topology file", &full, owner)?;
+    read_opened_topology(file, &full).map(Some)
 }
 
 /// Read and parse a topology file (NCCL or hwloc XML, detected). The read is bounded by
 /// [`MAX_TOPOLOGY_FILE_BYTES`]; every error names the file.
 pub fn read_topology_file(path: &Path) -> Result<Machine, TopologyError> {
+    read_opened_topology(open_topology(path)?, path)
+}
+
+/// Non-blocking and regular files only: a FIFO at a profile's path must not hang the
+/// step's launch.
+fn open_topology(path: &Path) -> Result<std::fs::File, TopologyError> {
+    crate::trust::open_regular(path).map_err(|source| TopologyError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The rest of [`read_topology_file`], on a file already opened (and checked) from `path`.
+fn read_opened_topology(file: std::fs::File, path: &Path) -> Result<Machine, TopologyError> {
     let io_err = |source| TopologyError::Io {
         path: path.to_path_buf(),
         source,
     };
-    // Non-blocking and regular files only: a FIFO at a profile's path must not hang the
-    // step's launch.
-    let file = crate::config::open_regular(path).map_err(io_err)?;
     let mut bytes = Vec::new();
     file.take(MAX_TOPOLOGY_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
@@ -318,14 +347,51 @@ mod tests {
     fn a_fifo_at_a_topology_path_is_refused_without_blocking() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("topo.xml");
-        crate::config::fifo::make(&path);
+        crate::trust::fifo::make(&path);
         let p = path.clone();
-        let err = crate::config::fifo::returns(&path, move || read_topology_file(&p))
+        let err = crate::trust::fifo::returns(&path, move || read_topology_file(&p))
             .expect_err("a FIFO is no topology");
         assert!(
             err.to_string().contains("not a regular file (a FIFO)"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_vendor_file_under_the_root_must_be_owners_alone() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let path = "/opt/vendor/topo.xml";
+        assert!(matches!(read_topology_under(tmp.path(), path, 0), Ok(None)));
+        let full = tmp.path().join("opt/vendor/topo.xml");
+        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
+        let machine = crate::catalog::machine("Standard_ND96isr_H100_v5").expect("catalog");
+        std::fs::write(
+            &full,
+            crate::fabric::topo_xml::render(&machine, &machine.fabric_nics()),
+        )
+        .expect("write");
+        std::fs::set_permissions(&full, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        let uid = std::fs::metadata(&full).expect("stat").uid();
+        let read = read_topology_under(tmp.path(), path, uid).expect("trusted");
+        assert_eq!(read.map(|m| m.gpus.len()), Some(8));
+        let err = read_topology_under(tmp.path(), path, uid + 1).expect_err("foreign owner");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "vendor NCCL topology file {} is owned by uid {uid}",
+                full.display()
+            )),
+            "{err}"
+        );
+        for mode in [0o664, 0o646] {
+            std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode)).expect("chmod");
+            let err = read_topology_under(tmp.path(), path, uid).expect_err("writable");
+            assert!(
+                err.to_string()
+                    .contains(&format!("is writable by group or others (mode {mode:04o})")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

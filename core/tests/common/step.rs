@@ -3,7 +3,7 @@
 //! generate it at `generated_topology_path`).
 
 use gpu_affinity::fabric::profiles::Profiles;
-use gpu_affinity::fabric::{StepFabric, StepInputs, step_fabric};
+use gpu_affinity::fabric::{FabricDecision, StepInputs, step_fabric};
 use gpu_affinity::model::Machine;
 use gpu_affinity::solver::Plan;
 
@@ -12,7 +12,7 @@ pub fn fabric_of_clean_step(
     plan: &Plan,
     profiles: &Profiles,
     generated_topology_path: &str,
-) -> StepFabric {
+) -> FabricDecision {
     let existing = |_: &str| None;
     let vendor_topology = |_: &str| None;
     let inputs = StepInputs {

@@ -16,7 +16,7 @@
 //! - `/proc/driver/nvidia/gpus/*/information` (model and device minor).
 //!
 //! Discovery never reads `config`, although one read would give ids and link together
-//! ([`config`] decodes it, for the fixture): `uevent` and the link attributes come from
+//! ([`config_space`] decodes it, for the fixture): `uevent` and the link attributes come from
 //! what the kernel already holds, while every byte of `config` is a config-space access
 //! of the hardware, which a VM traps. Measured on a Firecracker VM: 6 functions' `config`
 //! took 18 ms for 256 bytes, 4.8 ms for 64, against 36 us for their `uevent`.
@@ -36,10 +36,10 @@
 //! placement and fabric environment come out the same from both details.
 //!
 //! Missing files are unknowns (`None`, empty lists); a value that is there but malformed
-//! is an error naming the file. Parsing lives in [`parse`] and [`config`], reading in
+//! is an error naming the file. Parsing lives in [`parse`] and [`config_space`], reading in
 //! [`reader`].
 
-pub mod config;
+pub mod config_space;
 pub mod parse;
 pub mod reader;
 

@@ -103,36 +103,24 @@ fn open_dir(base: impl AsFd, path: &str) -> io::Result<OwnedFd> {
 
 /// Open a file below `base` for reading; `Ok(None)` when it does not exist.
 ///
-/// O_NONBLOCK: a FIFO planted under a sysfs root (a fixture tree, a replayed dump) would
-/// otherwise block open(2) until a writer came, hanging the step's launch (Invariant 4).
-/// Then only a regular file is read: sysfs attributes and the procfs files discovery
+/// Through [`crate::trust::open_regular_at`], the rule every reader of the suite keeps:
+/// a FIFO planted under a sysfs root (a fixture tree, a replayed dump) must not block
+/// the step's launch (Invariant 4), and sysfs attributes and the procfs files discovery
 /// reads are regular files, so anything else (a FIFO, a character device such as
 /// /dev/zero) means the tree is not what it claims, and is an error naming the path.
-fn open_file_at(base: impl AsFd, path: &str) -> io::Result<Option<OwnedFd>> {
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::openat(base, path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(e) => {
-            let e = io::Error::from(e);
-            return if is_absent(&e) { Ok(None) } else { Err(e) };
-        }
-    };
-    let kind = rustix::fs::FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode);
-    if kind != rustix::fs::FileType::RegularFile {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("not a regular file ({kind:?})"),
-        ));
+fn open_file_at(base: impl AsFd, path: &str) -> io::Result<Option<std::fs::File>> {
+    match crate::trust::open_regular_at(base, path) {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if is_absent(&e) => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(Some(fd))
 }
 
 /// Read a whole file opened relative to `base`; `Ok(None)` when it does not exist.
 fn read_at(base: impl AsFd, path: &str, limit: u64) -> io::Result<Option<Vec<u8>>> {
-    let Some(fd) = open_file_at(base, path)? else {
+    let Some(mut file) = open_file_at(base, path)? else {
         return Ok(None);
     };
-    let mut file = std::fs::File::from(fd);
     // One read() answers a sysfs attribute or small procfs file in full, and a regular
     // file reads short only at its end; so a read that leaves room in the buffer is the
     // whole file. This halves the system calls of discovery.
@@ -188,23 +176,15 @@ fn names_in(dir: &mut rustix::fs::Dir) -> io::Result<Vec<String>> {
 }
 
 impl RootDir {
-    /// Open the root directory.
+    /// Open the root directory, like every input below it: O_NONBLOCK, and only if it
+    /// is a directory (O_DIRECTORY refuses anything else before opening it), so a FIFO
+    /// planted at the `sysfs_root` path cannot hang the step's launch (Invariant 4).
     pub fn open(root: &Path) -> Result<Self, SysfsError> {
-        let fd = std::fs::File::open(root)
-            .and_then(|f| {
-                if f.metadata()?.is_dir() {
-                    Ok(OwnedFd::from(f))
-                } else {
-                    Err(io::Error::new(
-                        io::ErrorKind::NotADirectory,
-                        "not a directory",
-                    ))
-                }
-            })
-            .map_err(|source| SysfsError::Io {
-                path: root.to_path_buf(),
-                source,
-            })?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = rustix::fs::open(root, flags, Mode::empty()).map_err(|e| SysfsError::Io {
+            path: root.to_path_buf(),
+            source: e.into(),
+        })?;
         Ok(Self {
             root: root.to_path_buf(),
             fd,
@@ -330,7 +310,29 @@ impl FsReader for RootDir {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::fifo;
+    use crate::trust::fifo;
+
+    #[test]
+    fn a_root_that_is_not_a_directory_is_an_error_not_a_hang() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("sysfs");
+        fifo::make(&root);
+        let r = root.clone();
+        let err = fifo::returns(&root, move || RootDir::open(&r).map(|_| ()))
+            .expect_err("a FIFO is no root");
+        let text = err.to_string();
+        assert!(
+            text.contains("sysfs") && text.contains("Not a directory"),
+            "{text}"
+        );
+        std::fs::remove_file(&root).expect("rm");
+        std::fs::write(&root, "").expect("file");
+        let err = RootDir::open(&root).expect_err("a file is no root");
+        assert!(err.to_string().contains("Not a directory"), "{err}");
+        std::fs::remove_file(&root).expect("rm");
+        std::fs::create_dir(&root).expect("mkdir");
+        RootDir::open(&root).expect("a directory is a root");
+    }
 
     #[test]
     fn attributes_that_are_not_regular_files_are_errors_not_hangs() {

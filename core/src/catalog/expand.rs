@@ -78,7 +78,7 @@ fn pick<'a, T>(
     layers.iter().find_map(|l| get(&l.desc).map(|v| (v, l.src)))
 }
 
-pub(crate) fn build(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogError> {
+pub(crate) fn expand(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogError> {
     let text = |get: fn(&Description) -> Option<&String>| pick(layers, get).map(|(v, _)| v.clone());
     let header = Header {
         name: text(|d| d.name.as_ref()).ok_or(CatalogError::Missing("name"))?,

@@ -1,0 +1,12 @@
+//! Slurm's own text formats and numbering rules, as pure functions over text, plus the
+//! thin readers that fetch that text ([`read`]).
+//!
+//! - [`hostlist`]: `node[01-04],gpu7` name lists (gres.conf `NodeName=`, `File=`)
+//! - [`gres_conf`]: gres.conf, parsed with line numbers
+//! - [`gpu_ids`]: how Slurm numbers a node's GPUs (gres indices) and which of them a
+//!   step and each of its tasks got: the one mapping the plugin and `explain` share
+
+pub mod gpu_ids;
+pub mod gres_conf;
+pub mod hostlist;
+pub mod read;

@@ -1,0 +1,143 @@
+//! Thin readers for Slurm's files: where gres.conf is, its text (trust-checked, without
+//! blocking), and a device file's minor. Parsing stays in [`super::gres_conf`].
+
+use std::path::{Path, PathBuf};
+
+use super::gres_conf::{self, GresConf, MAX_GRES_CONF_BYTES};
+use crate::trust::{self, TrustError};
+
+/// Debian's and Slurm's default slurm.conf, when slurmd was given none.
+pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
+
+/// Where slurmd reads gres.conf: next to slurm.conf (Slurm's get_extra_conf_path).
+/// `slurm_conf` is `SLURM_CONF` of the *daemon's* own environment: slurmd sets it for
+/// itself and its slurmstepds, to the file given with `-f`, or, on a configless node, to
+/// `SlurmdSpoolDir/conf-cache/slurm.conf`, where gres.conf is cached too. (A job's
+/// SLURM_CONF is the user's and is never used.)
+pub fn gres_conf_path(slurm_conf: Option<&Path>) -> PathBuf {
+    let conf = slurm_conf.unwrap_or(Path::new(DEFAULT_SLURM_CONF));
+    conf.parent().unwrap_or(Path::new("/")).join("gres.conf")
+}
+
+/// cgroup.conf, which Slurm also reads next to slurm.conf.
+pub fn cgroup_conf_path(slurm_conf: Option<&Path>) -> PathBuf {
+    gres_conf_path(slurm_conf).with_file_name("cgroup.conf")
+}
+
+/// Why gres.conf could not be used: one line naming the file (and the line).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GresReadError {
+    #[error(transparent)]
+    Trust(#[from] TrustError),
+    #[error("gres.conf {path}:{line}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        message: String,
+    },
+}
+
+/// Read and parse gres.conf at `path`, refusing a file `owner` (root) does not fully
+/// control, opened without blocking. `Ok(None)`: there is no such file.
+pub fn read_gres_conf(path: &Path, owner: u32) -> Result<Option<GresConf>, GresReadError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = trust::read_trusted_text(path, "gres.conf", owner, MAX_GRES_CONF_BYTES)?;
+    gres_conf::parse(&text).map(Some).map_err(|e| {
+        let gres_conf::GresConfError::At { line, message } = e;
+        GresReadError::Parse {
+            path: path.display().to_string(),
+            line,
+            message,
+        }
+    })
+}
+
+/// Whether cgroup.conf at `path` has `ConstrainDevices=yes`: Slurm then confines each
+/// step (and, with per-task GPU binding, each task) to its GPUs and numbers them locally
+/// (gres_use_local_device_index). Trust-checked like gres.conf; no file means no.
+pub fn read_constrain_devices(path: &Path, owner: u32) -> Result<bool, TrustError> {
+    if !path.exists() {
+        return Ok(false);
+    }
+    let text = trust::read_trusted_text(path, "cgroup.conf", owner, MAX_GRES_CONF_BYTES)?;
+    Ok(super::gres_conf::constrain_devices(&text))
+}
+
+/// The minor number of a device file, by stat (a character device), else by Slurm's
+/// own name rule ([`super::gpu_ids::minor_from_name`]).
+pub fn device_minor(path: &str) -> Option<u32> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.file_type().is_char_device() => Some(rustix::fs::minor(meta.rdev())),
+        _ => super::gpu_ids::minor_from_name(path),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trust::fifo;
+
+    /// The uid owning `path` (the test's own, standing in for root).
+    fn owner_of(path: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).expect("metadata").uid()
+    }
+
+    #[test]
+    fn gres_conf_lives_next_to_slurm_conf() {
+        assert_eq!(gres_conf_path(None), PathBuf::from("/etc/slurm/gres.conf"));
+        assert_eq!(
+            gres_conf_path(Some(Path::new("/var/spool/slurmd/conf-cache/slurm.conf"))),
+            PathBuf::from("/var/spool/slurmd/conf-cache/gres.conf")
+        );
+    }
+
+    #[test]
+    fn reads_name_the_file_and_line_and_refuse_what_others_can_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let me = owner_of(dir.path());
+        let path = dir.path().join("gres.conf");
+        assert_eq!(read_gres_conf(&path, me), Ok(None));
+        std::fs::write(&path, "Name=gpu File=/dev/nvidia0\nName=gpu Bogus=1\n").expect("write");
+        let e = read_gres_conf(&path, me).expect_err("bad key");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("gres.conf {}:2: ", path.display())),
+            "{e}"
+        );
+        std::fs::write(&path, "Name=gpu File=/dev/nvidia0\n").expect("write");
+        assert!(read_gres_conf(&path, me).expect("valid").is_some());
+        assert!(matches!(
+            read_gres_conf(&path, me + 1),
+            Err(GresReadError::Trust(_))
+        ));
+        let fifo_path = dir.path().join("fifo.conf");
+        fifo::make(&fifo_path);
+        let p = fifo_path.clone();
+        let r = fifo::returns(&fifo_path, move || read_gres_conf(&p, me));
+        assert!(matches!(r, Err(GresReadError::Trust(_))), "{r:?}");
+    }
+
+    #[test]
+    fn constrain_devices_is_read_from_cgroup_conf() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let me = owner_of(dir.path());
+        let path = dir.path().join("cgroup.conf");
+        assert_eq!(read_constrain_devices(&path, me), Ok(false));
+        std::fs::write(
+            &path,
+            "CgroupPlugin=autodetect\nconstraindevices=YES # on\n",
+        )
+        .expect("write");
+        assert_eq!(read_constrain_devices(&path, me), Ok(true));
+    }
+
+    #[test]
+    fn device_minor_stats_then_falls_back_to_the_name() {
+        assert_eq!(device_minor("/dev/null"), Some(3));
+        assert_eq!(device_minor("/nonexistent/nvidia7"), Some(7));
+    }
+}
