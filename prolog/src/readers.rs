@@ -189,3 +189,61 @@ pub fn read_mounts(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A mount whose stat never returns (a stalled NFS/Lustre server), through the seam: no
+    /// FUSE or network mount is available on CI machines.
+    struct Stalled;
+
+    impl MountProber for Stalled {
+        fn stat(&self, _: &Path) -> Result<(), String> {
+            std::thread::sleep(Duration::from_secs(3600));
+            Ok(())
+        }
+        fn write(&self, _: &Path, _: &str) -> Result<(), String> {
+            std::thread::sleep(Duration::from_secs(3600));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stalled_mount_is_a_timeout_within_its_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("proc")).expect("proc");
+        std::fs::write(dir.path().join("proc/mounts"), "srv:/x /fsx nfs4 rw 0 0\n")
+            .expect("mounts");
+        let wanted = [MountConfig {
+            path: "/fsx".into(),
+            fstype: Some("nfs4".into()),
+            write: true,
+        }];
+        let t = Instant::now();
+        let probes = read_mounts(
+            dir.path(),
+            &wanted,
+            "n1",
+            Arc::new(Stalled),
+            Duration::from_millis(200),
+        );
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(probes[0].found, Ok(Some("nfs4".into())));
+        assert_eq!(probes[0].latency_ms, Err(Gap::Timeout { after_ms: 200 }));
+        assert_eq!(probes[0].writable, Err(Gap::Timeout { after_ms: 200 }));
+        let real = read_mounts(
+            dir.path(),
+            &wanted,
+            "n1",
+            Arc::new(RealProber),
+            Duration::from_secs(2),
+        );
+        assert!(
+            real[0].latency_ms.is_err(),
+            "no /fsx under the root: stat fails"
+        );
+    }
+}

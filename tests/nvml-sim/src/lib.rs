@@ -13,6 +13,10 @@
 //! ```
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
+// These are C exports that NVML's callers invoke with its pointer contract; marking them
+// `unsafe fn` changes nothing for a C caller, so clippy's raw-pointer lint does not apply.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 use std::ffi::{CStr, c_char, c_uint, c_ulonglong, c_void};
 use std::sync::OnceLock;
 use std::time::Duration;
