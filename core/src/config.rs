@@ -13,6 +13,44 @@
 //! profiles_dir = "/etc/gpu-affinity/profiles.d"
 //! ```
 //!
+//! [health]-side tables, read by gpu-affinity-prolog, -epilog and -health (defaults shown):
+//!
+//! ```toml
+//! root = "/"                    # filesystem root the health checks read (kmsg: ROOT/dev/kmsg)
+//! state_dir = "/var/lib/gpu-affinity"  # root-owned state kept between passes, and the lock
+//!
+//! [gpu]
+//! expected = 8                  # GPUs this node must show (unset: compare PCI, NVML, gres only)
+//! nvml = true                   # false: skip NVML-based checks, keep sysfs and kernel-log ones
+//! persistence = true            # unset: not checked
+//! driver = "550.54.15"          # unset: not checked
+//!
+//! [nvml]
+//! library = "libnvidia-ml.so.1" # loaded at run time
+//!
+//! [fabric]
+//! expected_nics = 32            # unset: not checked
+//! port_rate_gbps = 400          # unset: every port at the fastest port's rate
+//! flap_strikes = 3              # passes with a rising link_downed before draining; 0: off
+//!
+//! [[storage.mount]]
+//! path = "/fsx"
+//! type = "lustre"               # unset: any type
+//! write = false                 # true: a create + remove probe
+//!
+//! [drain]
+//! max_share = 0.1               # circuit breaker: share of the partition already drained
+//! resume_after = 3              # clean health passes before the suite resumes its own drain
+//! handoff = "drain"             # drain | hyperpod | slurm-gcp
+//!
+//! [slurm]
+//! bin_dir = "/usr/bin"          # where scontrol and sinfo are (unset: the usual prefixes)
+//!
+//! [metrics]
+//! textfile = "/var/lib/node_exporter/gpu_affinity.prom"
+//! dcgm_job_mapping_dir = "/var/lib/dcgm-exporter/job-mapping"
+//! ```
+//!
 //! Every table and key is known: a typo (`[plugn]`, `enforced`) is an error, never a
 //! setting silently not applied. [`parse`] is pure; [`read_trusted`] is the thin reader,
 //! through [`crate::trust`] (the ownership rule and the non-blocking open every root-side
@@ -90,10 +128,44 @@ impl fmt::Display for Choice {
 
 /// The whole config, validated. An absent table or key is `None` / empty: each program
 /// applies its own default (and its own command-line overrides) on top.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
     pub plugin: PluginConfig,
     pub fabric: FabricConfig,
+    pub health: HealthConfig,
+}
+
+/// The health programs' part: `root`, `state_dir` and the `[gpu]`, `[nvml]`, `[storage]`,
+/// `[drain]`, `[slurm]`, `[metrics]` tables (plus `[fabric]`'s health keys).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HealthConfig {
+    /// Absolute; `None`: "/".
+    pub root: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+    pub gpu_expected: Option<u32>,
+    /// `[gpu] nvml`; default true.
+    pub nvml: Option<bool>,
+    pub persistence: Option<bool>,
+    pub driver: Option<String>,
+    pub nvml_library: Option<PathBuf>,
+    pub expected_nics: Option<u32>,
+    pub port_rate_gbps: Option<f64>,
+    pub flap_strikes: Option<u32>,
+    pub mounts: Vec<MountConfig>,
+    pub max_share: Option<f64>,
+    pub resume_after: Option<u32>,
+    pub handoff: Option<crate::health::drain::Handoff>,
+    pub slurm_bin_dir: Option<PathBuf>,
+    pub textfile: Option<PathBuf>,
+    pub dcgm_job_mapping_dir: Option<PathBuf>,
+}
+
+/// One `[[storage.mount]]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountConfig {
+    pub path: String,
+    pub fstype: Option<String>,
+    pub write: bool,
 }
 
 /// `[plugin]`: the SPANK plugin's settings.
@@ -155,10 +227,77 @@ impl ConfigError {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct ConfigDoc {
+    root: Option<Spanned<String>>,
+    state_dir: Option<Spanned<String>>,
     #[serde(default)]
     plugin: PluginDoc,
     #[serde(default)]
     fabric: FabricDoc,
+    #[serde(default)]
+    gpu: GpuDoc,
+    #[serde(default)]
+    nvml: NvmlDoc,
+    #[serde(default)]
+    storage: StorageDoc,
+    #[serde(default)]
+    drain: DrainDoc,
+    #[serde(default)]
+    slurm: SlurmDoc,
+    #[serde(default)]
+    metrics: MetricsDoc,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct GpuDoc {
+    expected: Option<Spanned<i64>>,
+    nvml: Option<bool>,
+    persistence: Option<bool>,
+    driver: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct NvmlDoc {
+    library: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct StorageDoc {
+    #[serde(default)]
+    mount: Vec<MountDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MountDoc {
+    path: Spanned<String>,
+    #[serde(rename = "type")]
+    fstype: Option<String>,
+    #[serde(default)]
+    write: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DrainDoc {
+    max_share: Option<Spanned<f64>>,
+    resume_after: Option<Spanned<i64>>,
+    handoff: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct SlurmDoc {
+    bin_dir: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct MetricsDoc {
+    textfile: Option<Spanned<String>>,
+    dcgm_job_mapping_dir: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -176,6 +315,9 @@ struct FabricDoc {
     #[serde(default)]
     force: Vec<Spanned<String>>,
     profiles_dir: Option<Spanned<String>>,
+    expected_nics: Option<Spanned<i64>>,
+    port_rate_gbps: Option<Spanned<f64>>,
+    flap_strikes: Option<Spanned<i64>>,
 }
 
 /// Parse and validate config text. Errors name the line, the key and the value.
@@ -244,7 +386,113 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         }
         force.push(key.clone());
     }
+    let count = |key: &str, value: &Option<Spanned<i64>>| {
+        value
+            .as_ref()
+            .map(|v| {
+                u32::try_from(*v.get_ref()).map_err(|_| {
+                    at(
+                        v.span().start,
+                        format!(
+                            "{key} = {} is invalid: expected a count of 0 or more",
+                            v.get_ref()
+                        ),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let path = |key: &str, value: &Option<Spanned<String>>| {
+        value
+            .as_ref()
+            .map(|v| {
+                let path = PathBuf::from(v.get_ref());
+                if path.is_absolute() {
+                    Ok(path)
+                } else {
+                    Err(bad(key, v, "an absolute path"))
+                }
+            })
+            .transpose()
+    };
+    let max_share = doc
+        .drain
+        .max_share
+        .as_ref()
+        .map(|v| {
+            let share = *v.get_ref();
+            if (0.0..=1.0).contains(&share) {
+                Ok(share)
+            } else {
+                Err(at(
+                    v.span().start,
+                    format!(
+                        "[drain] max_share = {share} is invalid: expected a fraction from 0 to 1"
+                    ),
+                ))
+            }
+        })
+        .transpose()?;
+    let port_rate_gbps = doc
+        .fabric
+        .port_rate_gbps
+        .as_ref()
+        .map(|v| {
+            let rate = *v.get_ref();
+            if rate > 0.0 {
+                Ok(rate)
+            } else {
+                Err(at(
+                    v.span().start,
+                    format!("[fabric] port_rate_gbps = {rate} is invalid: expected a rate above 0"),
+                ))
+            }
+        })
+        .transpose()?;
+    let handoff = doc
+        .drain
+        .handoff
+        .as_ref()
+        .map(|v| {
+            crate::health::drain::Handoff::parse(v.get_ref().trim())
+                .ok_or_else(|| bad("[drain] handoff", v, "drain, hyperpod or slurm-gcp"))
+        })
+        .transpose()?;
+    let mut mounts = Vec::new();
+    for m in doc.storage.mount {
+        if !m.path.get_ref().starts_with('/') {
+            return Err(bad("[[storage.mount]] path", &m.path, "an absolute path"));
+        }
+        mounts.push(MountConfig {
+            path: m.path.get_ref().clone(),
+            fstype: m.fstype,
+            write: m.write,
+        });
+    }
+    let health = HealthConfig {
+        root: dir("root", &doc.root)?,
+        state_dir: dir("state_dir", &doc.state_dir)?,
+        gpu_expected: count("[gpu] expected", &doc.gpu.expected)?,
+        nvml: doc.gpu.nvml,
+        persistence: doc.gpu.persistence,
+        driver: doc.gpu.driver,
+        nvml_library: path("[nvml] library", &doc.nvml.library)?,
+        expected_nics: count("[fabric] expected_nics", &doc.fabric.expected_nics)?,
+        port_rate_gbps,
+        flap_strikes: count("[fabric] flap_strikes", &doc.fabric.flap_strikes)?,
+        mounts,
+        max_share,
+        resume_after: count("[drain] resume_after", &doc.drain.resume_after)?,
+        handoff,
+        slurm_bin_dir: dir("[slurm] bin_dir", &doc.slurm.bin_dir)?,
+        textfile: path("[metrics] textfile", &doc.metrics.textfile)?,
+        dcgm_job_mapping_dir: dir(
+            "[metrics] dcgm_job_mapping_dir",
+            &doc.metrics.dcgm_job_mapping_dir,
+        )?,
+    };
     Ok(Config {
+        health,
         plugin: PluginConfig {
             default,
             enforce,
@@ -366,6 +614,7 @@ mod tests {
                     force: vec!["NCCL_IB_HCA".into(), "NCCL_SOCKET_IFNAME".into()],
                     profiles_dir: Some("/srv/profiles.d".into()),
                 },
+                health: HealthConfig::default(),
             }
         );
         assert_eq!(parse(""), Ok(Config::default()));
@@ -515,6 +764,62 @@ mod tests {
         std::os::unix::fs::symlink(dir.path().join("gone.toml"), &dangling).expect("symlink");
         assert_eq!(locate(None, &dangling), Some(dangling.clone()));
         assert!(read_trusted(&dangling, uid()).is_err());
+    }
+
+    #[test]
+    fn health_keys_parse_and_errors_name_the_line() {
+        let c = parse(
+            "root = \"/srv/node\"\n[gpu]\nexpected = 8\nnvml = false\n[nvml]\nlibrary = \"/opt/lib/libnvidia-ml.so.1\"\n\
+             [fabric]\nexpected_nics = 32\nflap_strikes = 2\n[[storage.mount]]\npath = \"/fsx\"\ntype = \"lustre\"\n\
+             [drain]\nmax_share = 0.25\nresume_after = 2\nhandoff = \"slurm-gcp\"\n\
+             [metrics]\ntextfile = \"/var/lib/ne/ga.prom\"\ndcgm_job_mapping_dir = \"/run/dcgm\"\n",
+        )
+        .expect("health config");
+        let h = &c.health;
+        assert_eq!(h.root.as_deref(), Some(Path::new("/srv/node")));
+        assert_eq!(
+            (h.gpu_expected, h.nvml, h.expected_nics, h.flap_strikes),
+            (Some(8), Some(false), Some(32), Some(2))
+        );
+        assert_eq!(h.mounts[0].fstype.as_deref(), Some("lustre"));
+        assert_eq!((h.max_share, h.resume_after), (Some(0.25), Some(2)));
+        assert_eq!(h.handoff, Some(crate::health::drain::Handoff::SlurmGcp));
+        assert!(
+            h.textfile.is_some() && h.dcgm_job_mapping_dir.is_some() && h.nvml_library.is_some()
+        );
+        for (text, want) in [
+            (
+                "[drain]\nmax_share = 1.5\n",
+                "config line 2: [drain] max_share = 1.5 is invalid",
+            ),
+            (
+                "[drain]\n\nhandoff = \"aws\"\n",
+                "config line 3: [drain] handoff = 'aws' is invalid: expected drain, hyperpod or slurm-gcp",
+            ),
+            (
+                "[gpu]\nexpected = -1\n",
+                "config line 2: [gpu] expected = -1 is invalid",
+            ),
+            (
+                "[gpu]\nexpect = 8\n",
+                "config line 2: unknown field `expect`",
+            ),
+            (
+                "[drain]\nresume = 2\n",
+                "config line 2: unknown field `resume`",
+            ),
+            (
+                "[[storage.mount]]\npath = \"fsx\"\n",
+                "config line 2: [[storage.mount]] path = 'fsx' is invalid",
+            ),
+            (
+                "root = \"relative\"\n",
+                "config line 1: root = 'relative' is invalid",
+            ),
+        ] {
+            let e = err(text);
+            assert!(e.starts_with(want), "{text}: {e}");
+        }
     }
 
     #[test]

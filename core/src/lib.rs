@@ -13,6 +13,7 @@ pub mod catalog;
 pub mod config;
 pub mod cpuset;
 pub mod fabric;
+pub mod health;
 pub mod model;
 pub mod numa;
 pub mod pci;

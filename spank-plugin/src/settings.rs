@@ -180,7 +180,7 @@ fn absolute(value: &str) -> Option<PathBuf> {
 /// the file must belong to (root; tests pass their own uid).
 pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settings, String> {
     let path = config::locate(args.config.as_deref(), default_config);
-    let Config { plugin, fabric } = match &path {
+    let Config { plugin, fabric, .. } = match &path {
         Some(p) => config::read_trusted(p, owner).map_err(|e| format!("gpu-affinity: {e}"))?,
         None => Config::default(),
     };

@@ -1,0 +1,241 @@
+//! Drain reasons and the drain/resume policy (Invariant 5), pure: the binaries read the
+//! node's row and its partitions' rows with one bounded `sinfo`, and run what [`decide`] says.
+//!
+//! Rules, in the order [`decide`] applies them:
+//! - a node whose row cannot be read is never changed;
+//! - a reason the suite did not write is never overwritten, never resumed;
+//! - before draining, the fleet circuit breaker: when the share of the partition's nodes that
+//!   already carry the suite's reason is at or above `max_share`, hold back (a bad check or a
+//!   driver update must never drain a cluster);
+//! - resume only the suite's own reason, after `resume_after` consecutive clean passes.
+
+use super::parse::NodeRow;
+use super::xid::Repair;
+use super::{Fault, Outcome, PREFIX, Report, Verdict};
+
+/// Slurm stores reasons of any length, but `sinfo -R` shows 20 characters by default and
+/// HyperPod/slurm-gcp match on the start: keep the reason one short line.
+pub const MAX_REASON: usize = 120;
+
+/// How a drain is handed to the cloud's repair machinery (`[drain] handoff`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Handoff {
+    /// `State=DRAIN Reason="gpu-affinity: CODE subject"`.
+    #[default]
+    Drain,
+    /// SageMaker HyperPod: `State=FAIL Reason="Action:Replace|Action:Reboot gpu-affinity: ..."`;
+    /// HyperPod's agent acts on the `Action:` word at the start.
+    Hyperpod,
+    /// slurm-gcp: `State=DRAIN` with a reason of exactly `XID`, `PERFORMANCE`, `SDC` or
+    /// `unspecified`, which slurmsync reports as a faulty host.
+    SlurmGcp,
+}
+
+impl Handoff {
+    pub const NAMES: [(Handoff, &'static str); 3] = [
+        (Handoff::Drain, "drain"),
+        (Handoff::Hyperpod, "hyperpod"),
+        (Handoff::SlurmGcp, "slurm-gcp"),
+    ];
+
+    pub fn parse(word: &str) -> Option<Handoff> {
+        Handoff::NAMES
+            .iter()
+            .find(|(_, n)| *n == word)
+            .map(|(h, _)| *h)
+    }
+
+    /// Whether `reason` is one the suite writes in this mode. slurm-gcp's words carry no
+    /// prefix, so they are counted for the breaker but never resumed (see [`decide`]).
+    pub fn is_own(self, reason: &str) -> bool {
+        let reason = reason.trim();
+        let hyperpod = ["Action:Replace ", "Action:Reboot "].iter().any(|a| {
+            reason
+                .strip_prefix(a)
+                .is_some_and(|r| r.starts_with(PREFIX))
+        });
+        match self {
+            Handoff::Drain => reason.starts_with(PREFIX),
+            Handoff::Hyperpod => hyperpod || reason.starts_with(PREFIX),
+            Handoff::SlurmGcp => reason.starts_with(PREFIX) || SLURM_GCP_WORDS.contains(&reason),
+        }
+    }
+}
+
+/// The reasons slurm-gcp's slurmsync treats as a faulty host.
+pub const SLURM_GCP_WORDS: [&str; 4] = ["XID", "PERFORMANCE", "SDC", "unspecified"];
+
+/// `gpu-affinity: GPU_XID_79 gpu=0000:53:00.0`.
+pub fn reason(outcome: &Outcome) -> String {
+    let mut text = match &outcome.subject {
+        Some(s) => format!("{PREFIX} {} {s}", outcome.code),
+        None => format!("{PREFIX} {}", outcome.code),
+    };
+    // Reasons are one line of printable ASCII: subjects come from sysfs names.
+    text.retain(|c| c.is_ascii_graphic() || c == ' ');
+    text.truncate(MAX_REASON);
+    text
+}
+
+/// What to tell Slurm about this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// `scontrol update nodename=N state=STATE reason=REASON`.
+    Set { state: &'static str, reason: String },
+    /// `scontrol update nodename=N state=resume`.
+    Resume,
+    /// Nothing to do; the text says why (also why a drain was not written).
+    Leave(String),
+    /// The circuit breaker held a drain back: said loudly (log, JSON, metric).
+    HeldBack(String),
+}
+
+/// The drain policy knobs (`[drain]`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DrainPolicy {
+    pub max_share: f64,
+    pub resume_after: u32,
+    pub handoff: Handoff,
+}
+
+impl Default for DrainPolicy {
+    fn default() -> Self {
+        DrainPolicy {
+            max_share: 0.1,
+            resume_after: 3,
+            handoff: Handoff::Drain,
+        }
+    }
+}
+
+/// The state/reason pair for a drain verdict in the configured hand-off mode.
+pub fn drain_action(report: &Report, handoff: Handoff) -> Option<Action> {
+    let deciding = report
+        .deciding()
+        .filter(|_| report.verdict == Verdict::Drain)?;
+    let own = reason(deciding);
+    Some(match handoff {
+        Handoff::Drain => Action::Set {
+            state: "drain",
+            reason: own,
+        },
+        Handoff::Hyperpod => {
+            let word = match deciding.repair {
+                Repair::Replace => "Action:Replace",
+                Repair::Reset | Repair::Reboot => "Action:Reboot",
+            };
+            let mut r = format!("{word} {own}");
+            r.truncate(MAX_REASON);
+            Action::Set {
+                state: "fail",
+                reason: r,
+            }
+        }
+        Handoff::SlurmGcp => Action::Set {
+            state: "drain",
+            reason: match deciding.fault {
+                Fault::Gpu => "XID",
+                Fault::Performance => "PERFORMANCE",
+                Fault::Other => "unspecified",
+            }
+            .to_string(),
+        },
+    })
+}
+
+fn drained(state: &str) -> bool {
+    let s = state
+        .trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-'])
+        .to_ascii_lowercase();
+    s.contains("drain") || s.starts_with("fail") || s.starts_with("down")
+}
+
+/// Decide from this pass's report, the sinfo rows (all partitions of all nodes), the node's
+/// name, and how many clean passes in a row the node has had (this one included).
+/// `may_resume`: only the health program resumes; the prolog and epilog only drain.
+pub fn decide(
+    report: &Report,
+    rows: Option<&[NodeRow]>,
+    node: &str,
+    policy: &DrainPolicy,
+    clean_passes: u32,
+    may_resume: bool,
+) -> Action {
+    let Some(rows) = rows else {
+        return Action::Leave("node state unreadable (sinfo failed): changing nothing".into());
+    };
+    let mine: Vec<&NodeRow> = rows.iter().filter(|r| r.name == node).collect();
+    let Some(row) = mine.first() else {
+        return Action::Leave(format!("node {node} not in sinfo: changing nothing"));
+    };
+    let own_reason = row
+        .reason
+        .as_deref()
+        .is_some_and(|r| policy.handoff.is_own(r));
+    let foreign = row.reason.is_some() && !own_reason;
+    match drain_action(report, policy.handoff) {
+        Some(action) => {
+            if foreign {
+                return Action::Leave(format!(
+                    "reason '{}' is not the suite's: kept",
+                    row.reason.as_deref().unwrap_or("")
+                ));
+            }
+            if own_reason && drained(&row.state) {
+                // Already drained by the suite: rewriting the reason would only churn it.
+                return match &action {
+                    Action::Set { reason, .. }
+                        if row.reason.as_deref() != Some(reason.as_str()) =>
+                    {
+                        action
+                    }
+                    _ => Action::Leave("already drained by the suite".into()),
+                };
+            }
+            let partitions: Vec<&str> = mine.iter().map(|r| r.partition.as_str()).collect();
+            let mut peers: Vec<&NodeRow> = rows
+                .iter()
+                .filter(|r| partitions.contains(&r.partition.as_str()))
+                .collect();
+            peers.sort_by(|a, b| a.name.cmp(&b.name));
+            peers.dedup_by(|a, b| a.name == b.name);
+            let owned = peers
+                .iter()
+                .filter(|r| {
+                    r.name != node
+                        && r.reason
+                            .as_deref()
+                            .is_some_and(|x| policy.handoff.is_own(x))
+                })
+                .count();
+            let share = owned as f64 / peers.len().max(1) as f64;
+            if owned > 0 && share >= policy.max_share {
+                return Action::HeldBack(format!(
+                    "circuit breaker: {owned} of {} nodes in {} already carry the suite's reason ({:.0}% >= max_share {:.0}%); not draining",
+                    peers.len(),
+                    partitions.join(","),
+                    share * 100.0,
+                    policy.max_share * 100.0
+                ));
+            }
+            action
+        }
+        None if !may_resume => Action::Leave("prolog/epilog never resume".into()),
+        None if foreign => Action::Leave("drained by someone else: left alone".into()),
+        // slurm-gcp's words carry no owner; the cloud replaces such a node anyway.
+        None if own_reason
+            && !row
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(PREFIX) || r.contains(PREFIX)) =>
+        {
+            Action::Leave("slurm-gcp reason words have no owner: not resumed".into())
+        }
+        None if own_reason && clean_passes >= policy.resume_after => Action::Resume,
+        None if own_reason => Action::Leave(format!(
+            "clean pass {clean_passes} of {} before resuming",
+            policy.resume_after
+        )),
+        None => Action::Leave("healthy".into()),
+    }
+}

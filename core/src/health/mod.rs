@@ -1,0 +1,535 @@
+//! Node health: one table of checks across the three tiers (GPU, fabric, storage), pure
+//! evaluation from gathered inputs to verdicts with evidence, and the drain/resume policy.
+//!
+//! Nothing here reads a file or runs a process. The prolog crate's readers gather
+//! [`Inputs`] (each one under a hard time bound, a late one arriving as [`Gap::Timeout`]),
+//! [`evaluate`] turns them into a [`Report`], and [`drain::decide`] says what to tell Slurm.
+//! Invariant 4 lives in the readers' deadlines plus the rule here that a missing input is a
+//! verdict (`timeout` / `skip`), never a panic or a hang.
+
+pub mod drain;
+pub mod eval;
+pub mod parse;
+pub mod xid;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Machine;
+use crate::pci::PciAddr;
+
+pub use eval::evaluate;
+
+/// The owned prefix of every drain reason the suite writes (Invariant 5).
+pub const PREFIX: &str = "gpu-affinity:";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    Gpu,
+    Fabric,
+    Storage,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Gpu => "gpu",
+            Tier::Fabric => "fabric",
+            Tier::Storage => "storage",
+        }
+    }
+}
+
+/// What a failing check does to the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    Info,
+    Warn,
+    Drain,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    Timeout,
+    Skip,
+}
+
+/// Which kind of fault a check reports, for slurm-gcp's fixed reason words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// A GPU hardware fault (slurm-gcp `XID`).
+    Gpu,
+    /// Working but slow (slurm-gcp `PERFORMANCE`).
+    Performance,
+    /// Anything else (slurm-gcp `unspecified`).
+    Other,
+}
+
+/// One row of the check table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckDef {
+    pub id: &'static str,
+    pub tier: Tier,
+    pub class: Class,
+    /// The reader's hard bound for the input this check needs, in milliseconds.
+    pub bound_ms: u64,
+    /// The structured code in a drain reason (`GPU_XID_79` is built from `GPU_XID`).
+    pub code: &'static str,
+    pub fault: Fault,
+    /// Runs in the prolog's fast pass (the job's GPUs only for GPU checks).
+    pub fast: bool,
+    pub what: &'static str,
+}
+
+// One table row per call reads as a table; a struct literal per row would triple its length.
+#[allow(clippy::too_many_arguments)]
+const fn check(
+    id: &'static str,
+    tier: Tier,
+    class: Class,
+    bound_ms: u64,
+    code: &'static str,
+    fault: Fault,
+    fast: bool,
+    what: &'static str,
+) -> CheckDef {
+    CheckDef {
+        id,
+        tier,
+        class,
+        bound_ms,
+        code,
+        fault,
+        fast,
+        what,
+    }
+}
+
+/// Bounds per input: sysfs reads are page-sized and local; NVML can take seconds when a GPU
+/// is sick (and is the call that hangs); storage probes go over the network.
+pub const SYSFS_BOUND_MS: u64 = 2_000;
+pub const NVML_BOUND_MS: u64 = 10_000;
+pub const KMSG_BOUND_MS: u64 = 2_000;
+pub const STORAGE_BOUND_MS: u64 = 5_000;
+
+use Class::{Drain, Info, Warn};
+use Fault::{Gpu as GpuFault, Other, Performance};
+use Tier::{Fabric, Gpu as GpuTier, Storage};
+
+/// The one table of checks. Order is report order; the first failing drain check names the
+/// drain reason.
+pub const CHECKS: &[CheckDef] = &[
+    check(
+        "gpu.count",
+        GpuTier,
+        Drain,
+        SYSFS_BOUND_MS,
+        "GPU_MISSING",
+        GpuFault,
+        true,
+        "GPUs on PCI match [gpu] expected, NVML's count and Slurm's gres count",
+    ),
+    check(
+        "gpu.bus",
+        GpuTier,
+        Drain,
+        SYSFS_BOUND_MS,
+        "GPU_FELL_OFF_BUS",
+        GpuFault,
+        true,
+        "no GPU has fallen off the bus (config space all ones, NVML GPU lost)",
+    ),
+    check(
+        "gpu.pcie_width",
+        GpuTier,
+        Drain,
+        SYSFS_BOUND_MS,
+        "GPU_PCIE_WIDTH",
+        Performance,
+        true,
+        "each GPU's PCIe link runs at its maximum width",
+    ),
+    // Speed only informs: GPUs drop their link to a lower generation when idle to save power,
+    // so a slow idle link is normal; width does not change with load.
+    check(
+        "gpu.pcie_speed",
+        GpuTier,
+        Info,
+        SYSFS_BOUND_MS,
+        "GPU_PCIE_SPEED",
+        Performance,
+        true,
+        "each GPU's PCIe link speed (lower when idle is normal)",
+    ),
+    check(
+        "gpu.nvml",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_NVML",
+        GpuFault,
+        true,
+        "NVML answers within its bound",
+    ),
+    check(
+        "gpu.ecc",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_ECC_UNCORRECTABLE",
+        GpuFault,
+        true,
+        "no volatile uncorrectable ECC errors",
+    ),
+    check(
+        "gpu.row_remap",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_ROW_REMAP",
+        GpuFault,
+        true,
+        "no row remap pending or failed (A100 and later)",
+    ),
+    check(
+        "gpu.retired_pages",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_PAGE_RETIRE",
+        GpuFault,
+        true,
+        "no page retirement pending (GPUs before A100)",
+    ),
+    check(
+        "gpu.xid",
+        GpuTier,
+        Drain,
+        KMSG_BOUND_MS,
+        "GPU_XID",
+        GpuFault,
+        true,
+        "no critical XID in the kernel log since boot (policy: xid-policy.toml)",
+    ),
+    check(
+        "gpu.nvlink",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_NVLINK",
+        Performance,
+        false,
+        "every NVLink the GPU has is active",
+    ),
+    check(
+        "gpu.persistence",
+        GpuTier,
+        Warn,
+        NVML_BOUND_MS,
+        "GPU_PERSISTENCE",
+        Other,
+        false,
+        "persistence mode as [gpu] persistence says",
+    ),
+    check(
+        "gpu.driver",
+        GpuTier,
+        Warn,
+        NVML_BOUND_MS,
+        "GPU_DRIVER",
+        Other,
+        false,
+        "driver version as [gpu] driver says",
+    ),
+    check(
+        "fabric.count",
+        Fabric,
+        Drain,
+        SYSFS_BOUND_MS,
+        "NIC_MISSING",
+        Other,
+        true,
+        "every expected fabric NIC is present ([fabric] expected_nics)",
+    ),
+    check(
+        "fabric.port_state",
+        Fabric,
+        Drain,
+        SYSFS_BOUND_MS,
+        "NIC_PORT_DOWN",
+        Other,
+        true,
+        "every fabric NIC port is ACTIVE",
+    ),
+    check(
+        "fabric.port_rate",
+        Fabric,
+        Drain,
+        SYSFS_BOUND_MS,
+        "NIC_PORT_RATE",
+        Performance,
+        true,
+        "every fabric port runs at the expected rate (else the fastest port's)",
+    ),
+    check(
+        "fabric.link_flaps",
+        Fabric,
+        Drain,
+        SYSFS_BOUND_MS,
+        "NIC_LINK_FLAPS",
+        Performance,
+        false,
+        "link_downed counters rise in fewer than [fabric] flap_strikes passes",
+    ),
+    check(
+        "fabric.pcie_width",
+        Fabric,
+        Drain,
+        SYSFS_BOUND_MS,
+        "NIC_PCIE_WIDTH",
+        Performance,
+        false,
+        "each fabric NIC's PCIe link runs at its maximum width",
+    ),
+    check(
+        "fabric.numa",
+        Fabric,
+        Warn,
+        SYSFS_BOUND_MS,
+        "NIC_NUMA",
+        Performance,
+        false,
+        "every GPU has a fabric NIC on its NUMA node",
+    ),
+    check(
+        "storage.mount",
+        Storage,
+        Drain,
+        STORAGE_BOUND_MS,
+        "STORAGE_MOUNT",
+        Other,
+        true,
+        "each [[storage.mount]] is mounted with its type",
+    ),
+    check(
+        "storage.writable",
+        Storage,
+        Drain,
+        STORAGE_BOUND_MS,
+        "STORAGE_RO",
+        Other,
+        false,
+        "each mount marked write = true takes a create + remove",
+    ),
+    check(
+        "storage.latency",
+        Storage,
+        Drain,
+        STORAGE_BOUND_MS,
+        "STORAGE_STALL",
+        Other,
+        true,
+        "each mount answers a stat within its bound",
+    ),
+];
+
+pub fn check_def(id: &str) -> Option<&'static CheckDef> {
+    CHECKS.iter().find(|c| c.id == id)
+}
+
+/// Why an input is missing: the verdict a reader's failure becomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gap {
+    /// The reader passed its bound (a hung NVML call, a stalled mount).
+    Timeout { after_ms: u64 },
+    /// The reader ran and failed; the text says why.
+    Failed(String),
+    /// Not asked for (`[gpu] nvml = false`, nothing configured).
+    Skipped(String),
+}
+
+pub type Gathered<T> = Result<T, Gap>;
+
+/// What the sysfs readers found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SysfsData {
+    /// Discovered with PCIe links and RDMA port state/rate.
+    pub machine: Machine,
+    /// PCI functions whose config space reads all ones (gone from the bus).
+    pub fallen_off: Vec<PciAddr>,
+    /// `DEV/PORT` -> `link_downed` counter, where the kernel has one.
+    pub link_downed: BTreeMap<String, u64>,
+}
+
+/// One GPU as NVML reports it. `None`: NVML does not support the field on this GPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NvmlGpu {
+    pub pci: Option<PciAddr>,
+    /// NVML says the GPU is lost (fallen off the bus).
+    pub lost: bool,
+    pub ecc_volatile_uncorrected: Option<u64>,
+    pub remap_pending: Option<bool>,
+    pub remap_failure: Option<bool>,
+    pub retired_pending: Option<bool>,
+    /// (link, active) for every link NVML reports.
+    pub nvlinks: Vec<(u32, bool)>,
+    pub persistence: Option<bool>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NvmlData {
+    pub driver: Option<String>,
+    pub gpus: Vec<NvmlGpu>,
+}
+
+/// One configured mount, probed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountProbe {
+    pub path: String,
+    pub want_type: Option<String>,
+    /// The filesystem type mounted there (`None`: nothing mounted there).
+    pub found: Gathered<Option<String>>,
+    /// A create + remove under the mount (skipped unless asked for).
+    pub writable: Gathered<bool>,
+    /// How long a stat of the mount point took.
+    pub latency_ms: Gathered<u64>,
+}
+
+/// Everything a pass gathered. The prolog fills only what its fast pass needs; the rest is
+/// `Gap::Skipped`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inputs {
+    pub sysfs: Gathered<SysfsData>,
+    pub nvml: Gathered<NvmlData>,
+    pub xids: Gathered<Vec<xid::XidEvent>>,
+    pub mounts: Vec<MountProbe>,
+    /// Slurm's gres GPU count for this node, when sinfo said.
+    pub gres_gpus: Option<u32>,
+}
+
+/// What the admin expects of the node (from the config).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Expect {
+    pub gpus: Option<u32>,
+    pub fabric_nics: Option<u32>,
+    pub port_rate_gbps: Option<f64>,
+    pub persistence: Option<bool>,
+    pub driver: Option<String>,
+    /// Passes with a rising link_downed counter before the flap check fails.
+    pub flap_strikes: u32,
+}
+
+/// Which checks a pass runs and on which GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Only the checks marked `fast` (the prolog).
+    pub fast_only: bool,
+    /// GPU checks only for these GPUs (the job's); `None`: every GPU.
+    pub gpus: Option<Vec<PciAddr>>,
+}
+
+/// What a pass remembers for the next one (kept root-owned by the binaries).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassState {
+    #[serde(default)]
+    pub link_downed: BTreeMap<String, u64>,
+    /// Passes in which each port's counter rose.
+    #[serde(default)]
+    pub strikes: BTreeMap<String, u32>,
+    /// Consecutive full passes without a drain verdict.
+    #[serde(default)]
+    pub clean_passes: u32,
+}
+
+/// One check's outcome.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    pub id: &'static str,
+    #[serde(skip)]
+    pub tier: Tier,
+    pub class: Class,
+    pub status: Status,
+    pub evidence: String,
+    /// Structured code and subject for the drain reason (`GPU_XID_79`, `gpu=0000:53:00.0`).
+    #[serde(skip)]
+    pub code: String,
+    #[serde(skip)]
+    pub subject: Option<String>,
+    #[serde(skip)]
+    pub fault: Fault,
+    #[serde(skip)]
+    pub repair: xid::Repair,
+}
+
+impl Outcome {
+    /// Counts against the node: a failed or timed-out check.
+    pub fn failed(&self) -> bool {
+        matches!(self.status, Status::Fail | Status::Timeout)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    Ok,
+    Warn,
+    Drain,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Warn => "warn",
+            Verdict::Drain => "drain",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub verdict: Verdict,
+    pub checks: Vec<Outcome>,
+}
+
+impl Report {
+    /// The check that names the drain (or warning): the first failing one of the verdict's class.
+    pub fn deciding(&self) -> Option<&Outcome> {
+        let class = match self.verdict {
+            Verdict::Ok => return None,
+            Verdict::Warn => Class::Warn,
+            Verdict::Drain => Class::Drain,
+        };
+        self.checks.iter().find(|c| c.class == class && c.failed())
+    }
+
+    /// `gpu-affinity: GPU_XID_79 gpu=0000:53:00.0`, empty when the node is fine.
+    pub fn reason(&self) -> String {
+        self.deciding().map_or_else(String::new, drain::reason)
+    }
+
+    /// One line: verdict, reason, counts.
+    pub fn summary(&self) -> String {
+        let count = |s: Status| self.checks.iter().filter(|c| c.status == s).count();
+        let head = match self.deciding() {
+            Some(c) => format!("{}: {}", self.verdict.as_str(), drain::reason(c)),
+            None => self.verdict.as_str().to_string(),
+        };
+        format!(
+            "{head} ({} pass, {} fail, {} timeout, {} skip)",
+            count(Status::Pass),
+            count(Status::Fail),
+            count(Status::Timeout),
+            count(Status::Skip)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,619 @@
+//! The pure fault matrix: a healthy catalog machine, one fault at a time, the right verdict and
+//! reason; the drain/resume policy; 1,000 healthy passes never drain.
+
+use super::drain::{Action, DrainPolicy, Handoff, decide};
+use super::parse::{NodeRow, sinfo_rows};
+use super::xid::{XidEvent, XidPolicy};
+use super::*;
+use crate::catalog;
+
+fn healthy() -> (Inputs, Expect) {
+    let machine = catalog::machine("p5.48xlarge").expect("catalog machine");
+    let gpus = machine
+        .gpus
+        .iter()
+        .map(|g| NvmlGpu {
+            pci: Some(g.pci),
+            ecc_volatile_uncorrected: Some(0),
+            remap_pending: Some(false),
+            remap_failure: Some(false),
+            retired_pending: Some(false),
+            nvlinks: (0..18).map(|l| (l, true)).collect(),
+            persistence: Some(true),
+            ..NvmlGpu::default()
+        })
+        .collect();
+    let link_downed = machine
+        .fabric_nics()
+        .iter()
+        .flat_map(|n| {
+            n.ports.iter().map(move |p| {
+                (
+                    format!("{}/{}", n.rdma.clone().unwrap_or_default(), p.number),
+                    0,
+                )
+            })
+        })
+        .collect();
+    let inputs = Inputs {
+        sysfs: Ok(SysfsData {
+            machine,
+            fallen_off: vec![],
+            link_downed,
+        }),
+        nvml: Ok(NvmlData {
+            driver: Some("550.54.15".into()),
+            gpus,
+        }),
+        xids: Ok(vec![]),
+        mounts: vec![MountProbe {
+            path: "/fsx".into(),
+            want_type: Some("lustre".into()),
+            found: Ok(Some("lustre".into())),
+            writable: Ok(true),
+            latency_ms: Ok(2),
+        }],
+        gres_gpus: Some(8),
+    };
+    let expect = Expect {
+        gpus: Some(8),
+        fabric_nics: Some(32),
+        port_rate_gbps: None,
+        persistence: Some(true),
+        driver: Some("550.54.15".into()),
+        flap_strikes: 2,
+    };
+    (inputs, expect)
+}
+
+fn run(inputs: &Inputs, expect: &Expect) -> Report {
+    evaluate(
+        inputs,
+        expect,
+        &XidPolicy::embedded(),
+        &Scope::default(),
+        &PassState::default(),
+    )
+    .0
+}
+
+fn sysfs(i: &mut Inputs) -> &mut SysfsData {
+    i.sysfs.as_mut().expect("sysfs")
+}
+
+fn gpu0(i: &Inputs) -> PciAddr {
+    i.sysfs.as_ref().expect("sysfs").machine.gpus[0].pci
+}
+
+#[test]
+fn healthy_node_is_ok_and_every_check_reports() {
+    let (inputs, expect) = healthy();
+    let r = run(&inputs, &expect);
+    assert_eq!(
+        r.verdict,
+        Verdict::Ok,
+        "{:#?}",
+        r.checks.iter().filter(|c| c.failed()).collect::<Vec<_>>()
+    );
+    assert_eq!(r.checks.len(), CHECKS.len());
+    assert_eq!(r.reason(), "");
+}
+
+#[test]
+fn fault_matrix() {
+    type Fault = (&'static str, fn(&mut Inputs), Verdict, &'static str);
+    let faults: Vec<Fault> = vec![
+        (
+            "gpu missing",
+            |i| {
+                sysfs(i).machine.gpus.pop();
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_MISSING found=7 want=8",
+        ),
+        (
+            "fallen off the bus",
+            |i| {
+                let g = gpu0(i);
+                sysfs(i).fallen_off.push(g);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_FELL_OFF_BUS gpu=",
+        ),
+        (
+            "nvml lost",
+            |i| {
+                i.nvml.as_mut().expect("nvml").gpus[1].lost = true;
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_FELL_OFF_BUS gpu=",
+        ),
+        (
+            "uncorrectable ECC",
+            |i| {
+                i.nvml.as_mut().expect("nvml").gpus[2].ecc_volatile_uncorrected = Some(3);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_ECC_UNCORRECTABLE gpu=",
+        ),
+        (
+            "remap pending",
+            |i| {
+                i.nvml.as_mut().expect("nvml").gpus[0].remap_pending = Some(true);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_ROW_REMAP gpu=",
+        ),
+        (
+            "remap failure",
+            |i| {
+                i.nvml.as_mut().expect("nvml").gpus[0].remap_failure = Some(true);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_ROW_REMAP gpu=",
+        ),
+        (
+            "XID 79",
+            |i| {
+                let g = gpu0(i);
+                i.xids = Ok(vec![XidEvent {
+                    seq: 9,
+                    gpu: Some(g),
+                    code: 79,
+                }]);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_XID_79 gpu=",
+        ),
+        (
+            "XID 48",
+            |i| {
+                let g = gpu0(i);
+                i.xids = Ok(vec![XidEvent {
+                    seq: 9,
+                    gpu: Some(g),
+                    code: 48,
+                }]);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_XID_48 gpu=",
+        ),
+        (
+            "XID 95",
+            |i| {
+                let g = gpu0(i);
+                i.xids = Ok(vec![XidEvent {
+                    seq: 9,
+                    gpu: Some(g),
+                    code: 95,
+                }]);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_XID_95 gpu=",
+        ),
+        (
+            "XID 94 warns",
+            |i| {
+                let g = gpu0(i);
+                i.xids = Ok(vec![XidEvent {
+                    seq: 9,
+                    gpu: Some(g),
+                    code: 94,
+                }]);
+            },
+            Verdict::Warn,
+            "gpu-affinity: GPU_XID_94 gpu=",
+        ),
+        (
+            "XID 13 ignored",
+            |i| {
+                i.xids = Ok(vec![XidEvent {
+                    seq: 9,
+                    gpu: None,
+                    code: 13,
+                }]);
+            },
+            Verdict::Ok,
+            "",
+        ),
+        (
+            "NVLink down",
+            |i| {
+                i.nvml.as_mut().expect("nvml").gpus[3].nvlinks[5].1 = false;
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_NVLINK gpu=",
+        ),
+        (
+            "NVML hang",
+            |i| {
+                i.nvml = Err(Gap::Timeout { after_ms: 10_000 });
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_NVML_TIMEOUT",
+        ),
+        (
+            "persistence off",
+            |i| {
+                i.nvml.as_mut().expect("nvml").gpus[0].persistence = Some(false);
+            },
+            Verdict::Warn,
+            "gpu-affinity: GPU_PERSISTENCE gpu=",
+        ),
+        (
+            "NIC port down",
+            |i| {
+                sysfs(i).machine.nics[4].ports[0].state = Some("1: DOWN".into());
+            },
+            Verdict::Drain,
+            "gpu-affinity: NIC_PORT_DOWN nic=",
+        ),
+        (
+            "slower port",
+            |i| {
+                sysfs(i).machine.nics[4].ports[0].rate = Some("25 Gb/sec".into());
+            },
+            Verdict::Drain,
+            "gpu-affinity: NIC_PORT_RATE nic=",
+        ),
+        (
+            "NIC missing",
+            |i| {
+                sysfs(i).machine.nics.pop();
+            },
+            Verdict::Drain,
+            "gpu-affinity: NIC_MISSING found=31 want=32",
+        ),
+        (
+            "degraded PCIe width",
+            |i| {
+                let g = gpu0(i);
+                let m = &mut sysfs(i).machine;
+                if let Some(d) = m.pci.iter_mut().find(|d| d.addr == g) {
+                    d.link.current_width = Some(8);
+                }
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_PCIE_WIDTH gpu=",
+        ),
+        (
+            "idle PCIe speed only informs",
+            |i| {
+                let g = gpu0(i);
+                let m = &mut sysfs(i).machine;
+                if let Some(d) = m.pci.iter_mut().find(|d| d.addr == g) {
+                    d.link.current_speed = Some("2.5 GT/s PCIe".into());
+                }
+            },
+            Verdict::Ok,
+            "",
+        ),
+        (
+            "mount missing",
+            |i| {
+                i.mounts[0].found = Ok(None);
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_MOUNT mount=/fsx",
+        ),
+        (
+            "wrong mount type",
+            |i| {
+                i.mounts[0].found = Ok(Some("nfs".into()));
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_MOUNT mount=/fsx",
+        ),
+        (
+            "stalled mount",
+            |i| {
+                i.mounts[0].latency_ms = Err(Gap::Timeout { after_ms: 5000 });
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_STALL_TIMEOUT mount=/fsx",
+        ),
+        (
+            "read-only mount",
+            |i| {
+                i.mounts[0].writable = Ok(false);
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_RO mount=/fsx",
+        ),
+        (
+            "gres disagrees",
+            |i| {
+                i.gres_gpus = Some(9);
+            },
+            Verdict::Drain,
+            "gpu-affinity: GPU_MISSING found=8 want=9",
+        ),
+    ];
+    for (name, inject, verdict, reason) in faults {
+        let (mut inputs, expect) = healthy();
+        inject(&mut inputs);
+        let r = run(&inputs, &expect);
+        assert_eq!(r.verdict, verdict, "{name}: {}", r.summary());
+        assert!(
+            r.reason().starts_with(reason) && (reason.is_empty() == r.reason().is_empty()),
+            "{name}: {}",
+            r.reason()
+        );
+        assert!(r.reason().len() <= drain::MAX_REASON, "{name}");
+    }
+}
+
+#[test]
+fn timeouts_are_timeout_status_and_dependents_skip() {
+    let (mut inputs, expect) = healthy();
+    inputs.nvml = Err(Gap::Timeout { after_ms: 10_000 });
+    let r = run(&inputs, &expect);
+    let status = |id: &str| r.checks.iter().find(|c| c.id == id).map(|c| c.status);
+    assert_eq!(status("gpu.nvml"), Some(Status::Timeout));
+    assert_eq!(status("gpu.ecc"), Some(Status::Skip));
+    let (mut inputs, expect) = healthy();
+    inputs.nvml = Err(Gap::Skipped("[gpu] nvml = false".into()));
+    assert_eq!(run(&inputs, &expect).verdict, Verdict::Ok);
+}
+
+#[test]
+fn prolog_scope_sees_only_the_jobs_gpus() {
+    let (mut inputs, expect) = healthy();
+    let other = inputs.nvml.as_ref().expect("nvml").gpus[7].pci;
+    inputs.nvml.as_mut().expect("nvml").gpus[7].ecc_volatile_uncorrected = Some(1);
+    let scope = Scope {
+        fast_only: true,
+        gpus: Some(vec![gpu0(&inputs)]),
+    };
+    let (r, _) = evaluate(
+        &inputs,
+        &expect,
+        &XidPolicy::embedded(),
+        &scope,
+        &PassState::default(),
+    );
+    assert_eq!(r.verdict, Verdict::Ok, "{}", r.summary());
+    let scope = Scope {
+        fast_only: true,
+        gpus: other.map(|g| vec![g]),
+    };
+    let (r, _) = evaluate(
+        &inputs,
+        &expect,
+        &XidPolicy::embedded(),
+        &scope,
+        &PassState::default(),
+    );
+    assert_eq!(r.verdict, Verdict::Drain);
+}
+
+#[test]
+fn link_flaps_drain_after_strikes_and_leak_away() {
+    let (mut inputs, expect) = healthy();
+    let port = sysfs(&mut inputs)
+        .link_downed
+        .keys()
+        .next()
+        .cloned()
+        .expect("a port");
+    let policy = XidPolicy::embedded();
+    let mut state = PassState::default();
+    let mut verdicts = vec![];
+    for counter in [0, 1, 2, 2, 2, 2] {
+        sysfs(&mut inputs).link_downed.insert(port.clone(), counter);
+        let (r, next) = evaluate(&inputs, &expect, &policy, &Scope::default(), &state);
+        verdicts.push(r.verdict);
+        if r.verdict == Verdict::Drain {
+            assert!(
+                r.reason()
+                    .starts_with(&format!("gpu-affinity: NIC_LINK_FLAPS nic={port}")),
+                "{}",
+                r.reason()
+            );
+        }
+        state = next;
+    }
+    use Verdict::{Drain, Ok};
+    assert_eq!(verdicts, [Ok, Ok, Drain, Ok, Ok, Ok]);
+}
+
+#[test]
+fn healthy_node_never_drains_over_1000_passes() {
+    let (mut inputs, expect) = healthy();
+    let policy = XidPolicy::embedded();
+    let mut state = PassState::default();
+    let rows = sinfo_rows("n1|gpu*|idle|gpu:8|none\n");
+    for pass in 0..1000u64 {
+        // What varies on a healthy node: idle link speed, a stat latency, ignored XIDs.
+        inputs.mounts[0].latency_ms = Ok(pass % 50);
+        inputs.xids = Ok((0..pass % 3)
+            .map(|s| XidEvent {
+                seq: s,
+                gpu: None,
+                code: 13,
+            })
+            .collect());
+        let (r, next) = evaluate(&inputs, &expect, &policy, &Scope::default(), &state);
+        assert_eq!(r.verdict, Verdict::Ok, "pass {pass}: {}", r.summary());
+        let action = decide(
+            &r,
+            Some(&rows),
+            "n1",
+            &DrainPolicy::default(),
+            pass as u32,
+            true,
+        );
+        assert!(
+            matches!(action, Action::Leave(_)),
+            "pass {pass}: {action:?}"
+        );
+        state = next;
+    }
+}
+
+fn drain_report(code: u32) -> Report {
+    let (mut inputs, expect) = healthy();
+    let g = gpu0(&inputs);
+    inputs.xids = Ok(vec![XidEvent {
+        seq: 1,
+        gpu: Some(g),
+        code,
+    }]);
+    run(&inputs, &expect)
+}
+
+fn rows(text: &str) -> Vec<NodeRow> {
+    sinfo_rows(text)
+}
+
+#[test]
+fn drain_policy() {
+    let bad = drain_report(79);
+    let ok = run(&healthy().0, &healthy().1);
+    let p = DrainPolicy::default();
+    let reason = bad.reason();
+    assert!(
+        reason.starts_with("gpu-affinity: GPU_XID_79 gpu="),
+        "{reason}"
+    );
+    // Drains an idle node.
+    assert_eq!(
+        decide(
+            &bad,
+            Some(&rows("n1|gpu*|mixed|gpu:8|none\n")),
+            "n1",
+            &p,
+            0,
+            false
+        ),
+        Action::Set {
+            state: "drain",
+            reason: reason.clone()
+        }
+    );
+    // A foreign reason is kept.
+    let admin = rows("n1|gpu*|drained|gpu:8|admin: bad fan\n");
+    assert!(
+        matches!(decide(&bad, Some(&admin), "n1", &p, 0, false), Action::Leave(w) if w.contains("not the suite's"))
+    );
+    assert!(matches!(
+        decide(&ok, Some(&admin), "n1", &p, 9, true),
+        Action::Leave(_)
+    ));
+    // Unreadable state: nothing changes.
+    assert!(matches!(
+        decide(&bad, None, "n1", &p, 0, false),
+        Action::Leave(_)
+    ));
+    assert!(matches!(
+        decide(
+            &bad,
+            Some(&rows("n2|gpu|idle|gpu:8|none\n")),
+            "n1",
+            &p,
+            0,
+            false
+        ),
+        Action::Leave(_)
+    ));
+    // Resume only the suite's own reason, after resume_after clean passes, only from health.
+    let own = rows(&format!("n1|gpu*|drained|gpu:8|{reason}\n"));
+    assert!(
+        matches!(decide(&ok, Some(&own), "n1", &p, 2, true), Action::Leave(w) if w.contains("clean pass 2 of 3"))
+    );
+    assert_eq!(decide(&ok, Some(&own), "n1", &p, 3, true), Action::Resume);
+    assert!(matches!(
+        decide(&ok, Some(&own), "n1", &p, 3, false),
+        Action::Leave(_)
+    ));
+    // Already drained with the same reason: no churn.
+    assert!(
+        matches!(decide(&bad, Some(&own), "n1", &p, 0, false), Action::Leave(w) if w.contains("already"))
+    );
+}
+
+#[test]
+fn circuit_breaker_holds_back_past_max_share() {
+    let bad = drain_report(79);
+    let p = DrainPolicy {
+        max_share: 0.25,
+        ..DrainPolicy::default()
+    };
+    let own = "gpu-affinity: GPU_XID_79 gpu=0000:53:00.0";
+    let one = rows(&format!(
+        "n1|gpu*|mixed|gpu:8|none\nn2|gpu*|drained|gpu:8|{own}\nn3|gpu*|idle|gpu:8|none\nn4|gpu*|idle|gpu:8|none\nn9|other|drained|gpu:8|{own}\n"
+    ));
+    assert!(
+        matches!(decide(&bad, Some(&one), "n1", &p, 0, false), Action::HeldBack(w) if w.contains("1 of 4"))
+    );
+    let p = DrainPolicy {
+        max_share: 0.5,
+        ..p
+    };
+    assert!(matches!(
+        decide(&bad, Some(&one), "n1", &p, 0, false),
+        Action::Set { .. }
+    ));
+    // Admin drains do not count against the suite.
+    let admin = rows("n1|gpu*|mixed|gpu:8|none\nn2|gpu*|drained|gpu:8|admin\n");
+    assert!(matches!(
+        decide(&bad, Some(&admin), "n1", &DrainPolicy::default(), 0, false),
+        Action::Set { .. }
+    ));
+}
+
+#[test]
+fn handoff_modes() {
+    let bad = drain_report(79);
+    let row = rows("n1|gpu*|mixed|gpu:8|none\n");
+    let hp = DrainPolicy {
+        handoff: Handoff::Hyperpod,
+        ..DrainPolicy::default()
+    };
+    let Action::Set { state, reason } = decide(&bad, Some(&row), "n1", &hp, 0, false) else {
+        panic!("hyperpod")
+    };
+    assert_eq!(state, "fail");
+    assert!(
+        reason.starts_with("Action:Reboot gpu-affinity: GPU_XID_79"),
+        "{reason}"
+    );
+    assert!(Handoff::Hyperpod.is_own(&reason));
+    let gcp = DrainPolicy {
+        handoff: Handoff::SlurmGcp,
+        ..DrainPolicy::default()
+    };
+    assert_eq!(
+        decide(&bad, Some(&row), "n1", &gcp, 0, false),
+        Action::Set {
+            state: "drain",
+            reason: "XID".into()
+        }
+    );
+    let (mut slow, expect) = healthy();
+    sysfs(&mut slow).machine.nics[0].ports[0].rate = Some("25 Gb/sec".into());
+    let slow = run(&slow, &expect);
+    assert_eq!(
+        decide(&slow, Some(&row), "n1", &gcp, 0, false),
+        Action::Set {
+            state: "drain",
+            reason: "PERFORMANCE".into()
+        }
+    );
+    // slurm-gcp words are never resumed: they carry no owner.
+    let ok = run(&healthy().0, &healthy().1);
+    assert!(matches!(
+        decide(
+            &ok,
+            Some(&rows("n1|gpu*|drained|gpu:8|XID\n")),
+            "n1",
+            &gcp,
+            9,
+            true
+        ),
+        Action::Leave(_)
+    ));
+    assert!(!Handoff::Drain.is_own("XID"));
+    assert!(Handoff::Drain.is_own("gpu-affinity: X"));
+    assert!(!Handoff::Drain.is_own("admin said gpu-affinity: X"));
+}

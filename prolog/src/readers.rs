@@ -1,0 +1,249 @@
+//! Thin readers for the health inputs: fetch bytes under the configured root and hand them to
+//! core's parsers. Each one is started under its hard bound by [`crate::bounded`].
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gpu_affinity::config::MountConfig;
+use gpu_affinity::health::parse::{counter, mount_at, mounts};
+use gpu_affinity::health::xid::{XidEvent, parse_kmsg};
+use gpu_affinity::health::{Gap, Gathered, MountProbe, SysfsData};
+use gpu_affinity::sources::sysfs;
+use gpu_affinity::trust::open_regular;
+
+/// A kmsg fixture or /proc/mounts larger than this is not one.
+const MAX_LOG_BYTES: u64 = 32 << 20;
+
+fn under(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+fn small_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
+    let file = match open_regular(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("{} is larger than {limit} bytes", path.display()));
+    }
+    Ok(Some(bytes))
+}
+
+/// The machine (with PCIe links and port state/rate), GPUs gone from the bus, and the
+/// `link_downed` counter of every fabric port.
+pub fn read_sysfs(root: &Path) -> Gathered<SysfsData> {
+    let machine = sysfs::read_machine(root).map_err(|e| Gap::Failed(e.to_string()))?;
+    let mut fallen_off = Vec::new();
+    for gpu in &machine.gpus {
+        // A GPU that fell off the bus answers config reads with all ones; the first dword
+        // (vendor + device id) is enough to tell.
+        let path = under(root, &format!("sys/bus/pci/devices/{}/config", gpu.pci));
+        if let Ok(Some(bytes)) = small_file(&path, 4096)
+            && bytes.len() >= 4
+            && bytes[..4] == [0xff; 4]
+        {
+            fallen_off.push(gpu.pci);
+        }
+    }
+    let mut link_downed = BTreeMap::new();
+    for nic in machine.fabric_nics() {
+        let Some(dev) = &nic.rdma else { continue };
+        for port in &nic.ports {
+            let path = under(
+                root,
+                &format!(
+                    "sys/class/infiniband/{dev}/ports/{}/counters/link_downed",
+                    port.number
+                ),
+            );
+            if let Ok(Some(bytes)) = small_file(&path, 64)
+                && let Some(n) = counter(&String::from_utf8_lossy(&bytes))
+            {
+                link_downed.insert(format!("{dev}/{}", port.number), n);
+            }
+        }
+    }
+    Ok(SysfsData {
+        machine,
+        fallen_off,
+        link_downed,
+    })
+}
+
+/// XIDs since boot: `/dev/kmsg` on the live node (one record per read, non-blocking, until
+/// the buffer is drained), `ROOT/dev/kmsg` as a file of records under any other root.
+pub fn read_kmsg(root: &Path) -> Gathered<Vec<XidEvent>> {
+    if root != Path::new("/") {
+        let path = under(root, "dev/kmsg");
+        return match small_file(&path, MAX_LOG_BYTES) {
+            Ok(Some(bytes)) => Ok(parse_kmsg(&String::from_utf8_lossy(&bytes))),
+            Ok(None) => Ok(Vec::new()),
+            Err(e) => Err(Gap::Failed(e)),
+        };
+    }
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open("/dev/kmsg")
+        .map_err(|e| Gap::Failed(format!("/dev/kmsg: {e}")))?;
+    let mut text = String::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => text.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            // EPIPE: records were overwritten while reading; the next read goes on.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            Err(e) => return Err(Gap::Failed(format!("/dev/kmsg: {e}"))),
+        }
+        if text.len() as u64 > MAX_LOG_BYTES {
+            break;
+        }
+    }
+    Ok(parse_kmsg(&text))
+}
+
+/// How a mount is probed; the seam lets tests stand in a mount whose stat never returns.
+pub trait MountProber: Send + Sync + 'static {
+    /// stat the mount point.
+    fn stat(&self, path: &Path) -> Result<(), String>;
+    /// Create and remove a file under it.
+    fn write(&self, dir: &Path, name: &str) -> Result<(), String>;
+}
+
+pub struct RealProber;
+
+impl MountProber for RealProber {
+    fn stat(&self, path: &Path) -> Result<(), String> {
+        std::fs::metadata(path)
+            .map(|_| ())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn write(&self, dir: &Path, name: &str) -> Result<(), String> {
+        let file = dir.join(name);
+        // create_new: never follow or truncate something already there (a FIFO or a link
+        // planted at the probe's name).
+        OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&file)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        std::fs::remove_file(&file).map_err(|e| format!("{}: {e}", file.display()))
+    }
+}
+
+/// Probe every configured mount: present with its type (/proc/mounts), a stat within
+/// `bound`, and a create + remove when asked. The probes of all mounts run at once.
+pub fn read_mounts(
+    root: &Path,
+    wanted: &[MountConfig],
+    node: &str,
+    prober: std::sync::Arc<dyn MountProber>,
+    bound: std::time::Duration,
+) -> Vec<MountProbe> {
+    let table = small_file(&under(root, "proc/mounts"), 4 << 20)
+        .map(|b| mounts(&String::from_utf8_lossy(&b.unwrap_or_default())));
+    let started: Vec<_> = wanted
+        .iter()
+        .map(|m| {
+            let path = under(root, &m.path);
+            let p = prober.clone();
+            let stat_path = path.clone();
+            let latency = crate::bounded::start(bound, move || {
+                let t = Instant::now();
+                p.stat(&stat_path).map_err(Gap::Failed)?;
+                Ok(t.elapsed().as_millis() as u64)
+            });
+            let writable = m.write.then(|| {
+                let p = prober.clone();
+                let name = format!(".gpu-affinity-probe.{node}.{}", std::process::id());
+                crate::bounded::start(bound, move || Ok(p.write(&path, &name).is_ok()))
+            });
+            (m, latency, writable)
+        })
+        .collect();
+    started
+        .into_iter()
+        .map(|(m, latency, writable)| MountProbe {
+            path: m.path.clone(),
+            want_type: m.fstype.clone(),
+            found: match &table {
+                Ok(t) => Ok(mount_at(t, &m.path).map(|e| e.fstype.clone())),
+                Err(e) => Err(Gap::Failed(e.clone())),
+            },
+            writable: writable.map_or(Err(Gap::Skipped("write = false".into())), |w| w.wait()),
+            latency_ms: latency.wait(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A mount whose stat never returns (a stalled NFS/Lustre server), through the seam: no
+    /// FUSE or network mount is available on CI machines.
+    struct Stalled;
+
+    impl MountProber for Stalled {
+        fn stat(&self, _: &Path) -> Result<(), String> {
+            std::thread::sleep(Duration::from_secs(3600));
+            Ok(())
+        }
+        fn write(&self, _: &Path, _: &str) -> Result<(), String> {
+            std::thread::sleep(Duration::from_secs(3600));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_stalled_mount_is_a_timeout_within_its_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("proc")).expect("proc");
+        std::fs::write(dir.path().join("proc/mounts"), "srv:/x /fsx nfs4 rw 0 0\n")
+            .expect("mounts");
+        let wanted = [MountConfig {
+            path: "/fsx".into(),
+            fstype: Some("nfs4".into()),
+            write: true,
+        }];
+        let t = Instant::now();
+        let probes = read_mounts(
+            dir.path(),
+            &wanted,
+            "n1",
+            Arc::new(Stalled),
+            Duration::from_millis(200),
+        );
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(probes[0].found, Ok(Some("nfs4".into())));
+        assert_eq!(probes[0].latency_ms, Err(Gap::Timeout { after_ms: 200 }));
+        assert_eq!(probes[0].writable, Err(Gap::Timeout { after_ms: 200 }));
+        let real = read_mounts(
+            dir.path(),
+            &wanted,
+            "n1",
+            Arc::new(RealProber),
+            Duration::from_secs(2),
+        );
+        assert!(
+            real[0].latency_ms.is_err(),
+            "no /fsx under the root: stat fails"
+        );
+    }
+}

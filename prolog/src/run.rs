@@ -1,0 +1,436 @@
+//! The one flow the three binaries share: config -> lock -> gather (bounded, in parallel)
+//! -> core's evaluation -> core's drain decision -> scontrol (unless --dry-run) -> one line
+//! (or --json) -> exit through `std::process::exit`, which also ends abandoned reader threads.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use gpu_affinity::config::{self, Config, DEFAULT_CONFIG};
+use gpu_affinity::health::drain::{Action, DrainPolicy, decide};
+use gpu_affinity::health::parse::{NodeRow, gres_gpu_count};
+use gpu_affinity::health::xid::{POLICY_PATH, XidPolicy};
+use gpu_affinity::health::{
+    Class, Expect, Gap, Inputs, KMSG_BOUND_MS, NVML_BOUND_MS, Report, STORAGE_BOUND_MS,
+    SYSFS_BOUND_MS, Scope, Status, Verdict,
+};
+use gpu_affinity::pci::PciAddr;
+use gpu_affinity::trust::read_trusted_text;
+
+use crate::bounded;
+use crate::readers::{self, MountProber, RealProber};
+use crate::slurm::Slurm;
+use crate::state;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Program {
+    Prolog,
+    Epilog,
+    Health,
+}
+
+impl Program {
+    pub fn name(self) -> &'static str {
+        match self {
+            Program::Prolog => "gpu-affinity-prolog",
+            Program::Epilog => "gpu-affinity-epilog",
+            Program::Health => "gpu-affinity-health",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Args {
+    pub json: bool,
+    pub dry_run: bool,
+    pub config: Option<PathBuf>,
+}
+
+pub fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut out = Args::default();
+    let mut args = args.peekable();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--json" => out.json = true,
+            "--dry-run" => out.dry_run = true,
+            "--config" => out.config = Some(args.next().ok_or("--config needs a path")?.into()),
+            s if s.starts_with("--config=") => out.config = Some(s["--config=".len()..].into()),
+            other => {
+                return Err(format!(
+                    "unknown argument '{other}' (--json, --dry-run, --config PATH)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The whole run's bound: every reader runs in parallel under its own bound, then sinfo
+/// and scontrol under theirs; past this the watchdog ends the process.
+const OVERALL: Duration = Duration::from_secs(30);
+/// How long a run waits for another one to finish before it reports and exits.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// `SLURMD_NODENAME`, else the short hostname.
+pub fn node_name() -> String {
+    if let Ok(n) = std::env::var("SLURMD_NODENAME")
+        && !n.trim().is_empty()
+    {
+        return n.trim().to_string();
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+/// The job's GPUs from `SLURM_JOB_GPUS` (Slurm's gres indices: positions in the node's GPU
+/// list, which the suite orders by /dev/nvidiaN minor). Kept behind this one function: the
+/// GPU id mapping work in core is to replace the position rule.
+pub fn job_gpus(
+    machine: &gpu_affinity::model::Machine,
+    env: Option<&str>,
+) -> Option<(Vec<u32>, Vec<PciAddr>)> {
+    let env = env?.trim();
+    if env.is_empty() {
+        return None;
+    }
+    let indices: Vec<u32> = env
+        .split(',')
+        .filter_map(|i| i.trim().parse().ok())
+        .collect();
+    let ordered = machine.gpus_in_slurm_order();
+    let pci = indices
+        .iter()
+        .filter_map(|&i| ordered.get(i as usize).map(|g| g.pci))
+        .collect();
+    Some((indices, pci))
+}
+
+fn expect_of(c: &Config) -> Expect {
+    let h = &c.health;
+    Expect {
+        gpus: h.gpu_expected,
+        fabric_nics: h.expected_nics,
+        port_rate_gbps: h.port_rate_gbps,
+        persistence: h.persistence,
+        driver: h.driver.clone(),
+        flap_strikes: h.flap_strikes.unwrap_or(3),
+    }
+}
+
+fn policy_of(c: &Config) -> DrainPolicy {
+    let d = DrainPolicy::default();
+    DrainPolicy {
+        max_share: c.health.max_share.unwrap_or(d.max_share),
+        resume_after: c.health.resume_after.unwrap_or(d.resume_after),
+        handoff: c.health.handoff.unwrap_or(d.handoff),
+    }
+}
+
+fn xid_policy() -> Result<XidPolicy, String> {
+    let path = Path::new(POLICY_PATH);
+    if !path.exists() {
+        return Ok(XidPolicy::embedded());
+    }
+    let text = read_trusted_text(path, "XID policy", state::owner(), 1 << 20)
+        .map_err(|e| e.to_string())?;
+    XidPolicy::parse(&text).map_err(|e| format!("{POLICY_PATH}: {e}"))
+}
+
+/// Everything a run produced, for printing and tests.
+pub struct Outcome {
+    pub report: Report,
+    pub action: Action,
+    pub applied: Result<(), String>,
+    pub elapsed: Duration,
+}
+
+/// Gather all inputs with their bounds (in parallel) and evaluate.
+pub fn pass(
+    program: Program,
+    cfg: &Config,
+    node: &str,
+    prober: Arc<dyn MountProber>,
+    slurm: Option<&Slurm>,
+) -> (
+    Report,
+    Option<Vec<NodeRow>>,
+    gpu_affinity::health::PassState,
+    Option<Vec<u32>>,
+) {
+    let root = cfg
+        .health
+        .root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let ms = Duration::from_millis;
+    let r = root.clone();
+    let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
+    let nvml = if cfg.health.nvml == Some(false) {
+        None
+    } else {
+        let lib = cfg.health.nvml_library.clone();
+        Some(bounded::start(ms(NVML_BOUND_MS), move || {
+            crate::nvml::read_nvml(lib.as_deref())
+        }))
+    };
+    let r = root.clone();
+    let kmsg = bounded::start(ms(KMSG_BOUND_MS), move || readers::read_kmsg(&r));
+    let mounts = {
+        let (r, wanted, node) = (root.clone(), cfg.health.mounts.clone(), node.to_string());
+        bounded::start(ms(STORAGE_BOUND_MS + 500), move || {
+            Ok(readers::read_mounts(
+                &r,
+                &wanted,
+                &node,
+                prober,
+                ms(STORAGE_BOUND_MS),
+            ))
+        })
+    };
+    // sinfo runs alongside the readers: its answer (gres count, node state) is needed anyway.
+    let rows = slurm.map(|s| s.rows());
+    let sysfs = sysfs.wait();
+    let mut scope = Scope {
+        fast_only: program == Program::Prolog,
+        gpus: None,
+    };
+    let mut indices = None;
+    if program != Program::Health
+        && let Ok(s) = &sysfs
+        && let Some((i, pci)) =
+            job_gpus(&s.machine, std::env::var("SLURM_JOB_GPUS").ok().as_deref())
+    {
+        scope.gpus = Some(pci);
+        indices = Some(i);
+    }
+    let rows = match rows {
+        Some(Ok(r)) => Some(r),
+        Some(Err(e)) => {
+            log_line(program, &format!("sinfo: {e}"));
+            None
+        }
+        None => None,
+    };
+    let gres_gpus = rows
+        .as_ref()
+        .and_then(|r| r.iter().find(|row| row.name == node))
+        .and_then(|row| gres_gpu_count(&row.gres));
+    let inputs = Inputs {
+        sysfs,
+        nvml: nvml.map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
+        xids: kmsg.wait(),
+        mounts: mounts.wait().unwrap_or_default(),
+        gres_gpus,
+    };
+    let dir = cfg
+        .health
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
+    let prev = state::load(&dir, state::owner());
+    let policy = xid_policy().unwrap_or_else(|e| {
+        log_line(program, &format!("{e}; using the embedded XID policy"));
+        XidPolicy::embedded()
+    });
+    let (report, mut next) =
+        gpu_affinity::health::evaluate(&inputs, &expect_of(cfg), &policy, &scope, &prev);
+    if program == Program::Health {
+        next.clean_passes = if report.verdict == Verdict::Drain {
+            0
+        } else {
+            prev.clean_passes.saturating_add(1)
+        };
+    }
+    (report, rows, next, indices)
+}
+
+fn log_line(program: Program, line: &str) {
+    eprintln!("{}: {line}", program.name());
+}
+
+/// The binaries' `main`: never returns.
+pub fn main(program: Program) -> ! {
+    let started = Instant::now();
+    // Exit non-zero only from the prolog/epilog's own decision; a watchdog exit is a bug and
+    // says so, with 0 for the health program (HealthCheckProgram's status is not a verdict).
+    bounded::watchdog(
+        OVERALL,
+        program.name(),
+        if program == Program::Health { 0 } else { 1 },
+    );
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => {
+            log_line(program, &e);
+            std::process::exit(2);
+        }
+    };
+    let cfg = match config::locate(args.config.as_deref(), Path::new(DEFAULT_CONFIG)) {
+        Some(path) => match config::read_trusted(&path, state::owner()) {
+            Ok(c) => c,
+            Err(e) => {
+                // A broken config must not drain the fleet: report, change nothing.
+                log_line(program, &format!("{e}; changing nothing"));
+                std::process::exit(if program == Program::Health { 0 } else { 1 });
+            }
+        },
+        None => Config::default(),
+    };
+    let dir = cfg
+        .health
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
+    if let Err(e) = state::ensure_dir(&dir) {
+        log_line(program, &e);
+    }
+    let _lock = match state::lock(&dir, LOCK_WAIT) {
+        Ok(l) => l,
+        Err(e) => {
+            log_line(program, &format!("{e}; exiting"));
+            std::process::exit(0);
+        }
+    };
+    let node = node_name();
+    let slurm = Slurm::new(cfg.health.slurm_bin_dir.clone());
+    let (report, rows, next, indices) =
+        pass(program, &cfg, &node, Arc::new(RealProber), Some(&slurm));
+    let policy = policy_of(&cfg);
+    let action = decide(
+        &report,
+        rows.as_deref(),
+        &node,
+        &policy,
+        next.clean_passes,
+        program == Program::Health,
+    );
+    let applied = if args.dry_run {
+        Ok(())
+    } else {
+        slurm.apply(&node, &action)
+    };
+    let mut next = next;
+    if matches!(action, Action::Resume) && applied.is_ok() {
+        next.clean_passes = 0;
+    }
+    if !args.dry_run {
+        if let Err(e) = state::save(&dir, &next) {
+            log_line(program, &e);
+        }
+        side_effects(
+            program,
+            &cfg,
+            &report,
+            &action,
+            indices.as_deref(),
+            started.elapsed(),
+        );
+    }
+    let outcome = Outcome {
+        report,
+        action,
+        applied,
+        elapsed: started.elapsed(),
+    };
+    print(program, &args, &node, &outcome);
+    std::process::exit(exit_code(program, &outcome, args.dry_run));
+}
+
+fn side_effects(
+    program: Program,
+    cfg: &Config,
+    report: &Report,
+    action: &Action,
+    gpus: Option<&[u32]>,
+    elapsed: Duration,
+) {
+    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+    if let (Some(dir), Some(gpus)) = (&cfg.health.dcgm_job_mapping_dir, gpus)
+        && !job.is_empty()
+    {
+        match program {
+            Program::Prolog => {
+                if let Err(e) = crate::metrics::map_jobs(dir, gpus, &job) {
+                    log_line(program, &format!("dcgm job mapping: {e}"));
+                }
+            }
+            Program::Epilog => crate::metrics::unmap_jobs(dir, gpus, &job),
+            Program::Health => {}
+        }
+    }
+    if program == Program::Health
+        && let Some(path) = &cfg.health.textfile
+    {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let held = u64::from(matches!(action, Action::HeldBack(_)));
+        let text = crate::metrics::textfile(report, elapsed.as_secs_f64(), now, held);
+        if let Err(e) = state::write_atomic(path, text.as_bytes(), 0o644) {
+            log_line(program, &format!("metrics: {e}"));
+        }
+    }
+}
+
+/// The prolog/epilog fail (so Slurm keeps the job off the node) on a drain verdict unless the
+/// breaker held the drain back or the node's state could not be read (then the node stays up,
+/// loudly). The health program always exits 0.
+fn exit_code(program: Program, o: &Outcome, dry_run: bool) -> i32 {
+    if program == Program::Health || dry_run || o.report.verdict != Verdict::Drain {
+        return 0;
+    }
+    match &o.action {
+        Action::HeldBack(_) => 0,
+        Action::Leave(why) if why.contains("unreadable") || why.contains("not in sinfo") => 0,
+        _ => 1,
+    }
+}
+
+/// The JSON report: exactly `{"verdict","reason","checks":[{"id","class","status","evidence"}]}`.
+/// The decision rides along as a `drain.decision` check, so a held-back drain shows in JSON.
+pub fn json(o: &Outcome) -> serde_json::Value {
+    let mut checks: Vec<serde_json::Value> = o
+        .report
+        .checks
+        .iter()
+        .map(|c| serde_json::json!({"id": c.id, "class": c.class, "status": c.status, "evidence": c.evidence}))
+        .collect();
+    let (status, evidence) = match (&o.action, &o.applied) {
+        (_, Err(e)) => (Status::Fail, format!("{}: {e}", describe(&o.action))),
+        (Action::HeldBack(why), _) => (Status::Fail, why.clone()),
+        (a, Ok(())) => (Status::Pass, describe(a)),
+    };
+    checks.push(serde_json::json!({"id": "drain.decision", "class": Class::Warn, "status": status, "evidence": evidence}));
+    serde_json::json!({"verdict": o.report.verdict, "reason": o.report.reason(), "checks": checks})
+}
+
+fn describe(a: &Action) -> String {
+    match a {
+        Action::Set { state, reason } => format!("set state={state} reason={reason}"),
+        Action::Resume => "resumed".into(),
+        Action::Leave(why) => why.clone(),
+        Action::HeldBack(why) => why.clone(),
+    }
+}
+
+fn print(program: Program, args: &Args, node: &str, o: &Outcome) {
+    if let Action::HeldBack(why) = &o.action {
+        log_line(program, &format!("NOT DRAINING {node}: {why}"));
+    }
+    if let Err(e) = &o.applied {
+        log_line(program, &format!("scontrol: {e}"));
+    }
+    if args.json {
+        println!("{}", json(o));
+    } else {
+        println!(
+            "{}: {node} {} -> {}{} [{} ms]",
+            program.name(),
+            o.report.summary(),
+            describe(&o.action),
+            if args.dry_run { " (dry run)" } else { "" },
+            o.elapsed.as_millis()
+        );
+    }
+}

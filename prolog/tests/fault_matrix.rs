@@ -1,0 +1,535 @@
+//! The whole-process fault matrix: a p5.48xlarge fixture tree (8 GPUs, 32 EFA) plus the NVML
+//! simulator, one fault at a time; each run of the real binary must give the right verdict
+//! and reason within its bound. Prints one line per case (the report's fault matrix).
+//!
+//! The test binary doubles as fake `sinfo` / `scontrol` when called by those names.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gpu_affinity::model::Machine;
+
+const NODE: &str = "n1";
+
+fn main() {
+    // argv[0], not current_exe (which resolves the symlink to this binary's own name).
+    let argv0 = std::env::args().next().unwrap_or_default();
+    match Path::new(&argv0).file_name().and_then(|n| n.to_str()) {
+        Some("sinfo") => {
+            print!("{}", std::env::var("FAKE_SINFO").unwrap_or_default());
+            return;
+        }
+        Some("scontrol") => {
+            if std::env::var("FAKE_SCONTROL_HANG").is_ok() {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+            let log = std::env::var("FAKE_SCONTROL_LOG").expect("log path");
+            let line = std::env::args().skip(1).collect::<Vec<_>>().join(" ");
+            std::fs::write(log, line).expect("scontrol log");
+            return;
+        }
+        _ => {}
+    }
+    // The libtest listing protocol nextest speaks (`--list --format terse [--ignored]`):
+    // the matrix is one test, never ignored; any other invocation runs it.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        if !args.iter().any(|a| a == "--ignored") {
+            println!("fault_matrix: test");
+        }
+        return;
+    }
+    let failures = run_matrix();
+    if failures > 0 {
+        eprintln!("{failures} fault-matrix case(s) failed");
+        std::process::exit(1);
+    }
+}
+
+fn sim_library() -> PathBuf {
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
+        .expect("target dir");
+    let lib = target.join("libnvml_sim.so");
+    // Cargo cannot depend on a cdylib; build it the way the Slurm harness builds the plugin.
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "-p", "nvml-sim"])
+        .status()
+        .expect("cargo build nvml-sim");
+    assert!(
+        status.success() && lib.exists(),
+        "nvml simulator not built at {}",
+        lib.display()
+    );
+    lib
+}
+
+struct Case {
+    name: &'static str,
+    machine: fn(&mut Machine),
+    tree: fn(&Path, &Machine),
+    sim: fn(&mut serde_json::Value),
+    program: &'static str,
+    verdict: &'static str,
+    reason: &'static str,
+    bound: Duration,
+}
+
+fn none_m(_: &mut Machine) {}
+fn none_t(_: &Path, _: &Machine) {}
+fn none_s(_: &mut serde_json::Value) {}
+
+fn kmsg(root: &Path, code: u32, m: &Machine) {
+    let bus = m.gpus[0].pci.to_string();
+    let short = &bus[..bus.len() - 2];
+    std::fs::write(
+        root.join("dev/kmsg"),
+        format!("6,1,100,-;nvidia: loading\n4,2,200,-;NVRM: Xid (PCI:{short}): {code}, pid=77, name=python\n"),
+    )
+    .expect("kmsg");
+}
+
+fn sim_state(m: &Machine) -> serde_json::Value {
+    let gpus: Vec<serde_json::Value> = m
+        .gpus
+        .iter()
+        .map(|g| {
+            serde_json::json!({"bus_id": g.pci.to_string(), "ecc_uncorrected": 0, "remap_pending": false,
+                "remap_failure": false, "retired_pending": false, "nvlinks": vec![true; 18], "persistence": true})
+        })
+        .collect();
+    serde_json::json!({"driver": "550.54.15", "gpus": gpus})
+}
+
+struct Run {
+    json: serde_json::Value,
+    elapsed: Duration,
+    code: i32,
+}
+
+fn run(program: &str, root: &Path, cfg: &Path, sim: &Path, env: &[(&str, String)]) -> Run {
+    let bin = match program {
+        "prolog" => env!("CARGO_BIN_EXE_gpu-affinity-prolog"),
+        _ => env!("CARGO_BIN_EXE_gpu-affinity-health"),
+    };
+    let t = Instant::now();
+    let mut cmd = Command::new(bin);
+    cmd.args(["--json", "--config"]).arg(cfg);
+    cmd.env("SLURMD_NODENAME", NODE)
+        .env("NVML_SIM_STATE", sim)
+        .env_remove("SLURM_JOB_GPUS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run binary");
+    let elapsed = t.elapsed();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let json = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{program} printed no JSON ({e}): {text} / {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let _ = root;
+    Run {
+        json,
+        elapsed,
+        code: out.status.code().unwrap_or(-1),
+    }
+}
+
+struct Node {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    cfg: PathBuf,
+    sim: PathBuf,
+    bin: PathBuf,
+}
+
+fn node(case: &Case, lib: &Path, extra: &str) -> Node {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("root");
+    let mut m = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    (case.machine)(&mut m);
+    gpu_affinity::sources::fixture::write_fixture(&m, &root).expect("fixture");
+    for d in ["dev", "proc", "fsx"] {
+        std::fs::create_dir_all(root.join(d)).expect("dirs");
+    }
+    std::fs::write(root.join("dev/kmsg"), "6,1,100,-;Linux version 6.1\n").expect("kmsg");
+    let fsx = root.join("fsx").display().to_string();
+    std::fs::write(
+        root.join("proc/mounts"),
+        format!(
+            "/dev/sda1 / ext4 rw 0 0\nfs@tcp:/x /fsx lustre rw 0 0\nfs@tcp:/x {fsx} lustre rw 0 0\n"
+        ),
+    )
+    .expect("mounts");
+    (case.tree)(&root, &m);
+    let mut state = sim_state(&gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog"));
+    (case.sim)(&mut state);
+    let sim = dir.path().join("nvml-sim.json");
+    std::fs::write(&sim, state.to_string()).expect("sim");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let me = std::env::current_exe().expect("exe");
+    for name in ["sinfo", "scontrol"] {
+        std::os::unix::fs::symlink(&me, bin.join(name)).expect("fake client");
+    }
+    let cfg = dir.path().join("config.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "root = \"{}\"\nstate_dir = \"{}\"\n[gpu]\nexpected = 8\npersistence = true\n[nvml]\nlibrary = \"{}\"\n\
+             [fabric]\nexpected_nics = 32\nflap_strikes = 2\n[[storage.mount]]\npath = \"/fsx\"\ntype = \"lustre\"\nwrite = true\n\
+             [slurm]\nbin_dir = \"{}\"\n{extra}",
+            root.display(),
+            dir.path().join("state").display(),
+            lib.display(),
+            bin.display()
+        ),
+    )
+    .expect("config");
+    Node {
+        _dir: dir,
+        root,
+        cfg,
+        sim,
+        bin,
+    }
+}
+
+fn first_gpu_attr(root: &Path, m: &Machine, attr: &str) -> PathBuf {
+    root.join(format!("sys/bus/pci/devices/{}/{attr}", m.gpus[0].pci))
+}
+
+fn run_matrix() -> usize {
+    let lib = sim_library();
+    let s = Duration::from_secs;
+    let cases = vec![
+        Case {
+            name: "healthy",
+            machine: none_m,
+            tree: none_t,
+            sim: none_s,
+            program: "health",
+            verdict: "ok",
+            reason: "",
+            bound: s(3),
+        },
+        Case {
+            name: "GPU missing",
+            machine: |m| {
+                m.gpus.pop();
+            },
+            tree: none_t,
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_MISSING found=7 want=8",
+            bound: s(3),
+        },
+        Case {
+            name: "fallen off the bus",
+            machine: none_m,
+            tree: |r, m| {
+                std::fs::write(first_gpu_attr(r, m, "config"), [0xffu8; 256]).expect("config")
+            },
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_FELL_OFF_BUS gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "uncorrectable ECC",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][3]["ecc_uncorrected"] = 2.into(),
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_ECC_UNCORRECTABLE gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "remap pending",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][1]["remap_pending"] = true.into(),
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_ROW_REMAP gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "NVLink inactive",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][2]["nvlinks"][4] = false.into(),
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_NVLINK gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "XID 79",
+            machine: none_m,
+            tree: |r, m| kmsg(r, 79, m),
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_XID_79 gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "XID 48",
+            machine: none_m,
+            tree: |r, m| kmsg(r, 48, m),
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_XID_48 gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "XID 94 (contained: warn)",
+            machine: none_m,
+            tree: |r, m| kmsg(r, 94, m),
+            sim: none_s,
+            program: "health",
+            verdict: "warn",
+            reason: "",
+            bound: s(3),
+        },
+        Case {
+            name: "XID 95",
+            machine: none_m,
+            tree: |r, m| kmsg(r, 95, m),
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_XID_95 gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "NIC port DOWN",
+            machine: |m| m.nics[5].ports[0].state = Some("1: DOWN".into()),
+            tree: none_t,
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: NIC_PORT_DOWN nic=",
+            bound: s(3),
+        },
+        Case {
+            name: "slower port",
+            machine: |m| m.nics[5].ports[0].rate = Some("25 Gb/sec (4X EDR)".into()),
+            tree: none_t,
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: NIC_PORT_RATE nic=",
+            bound: s(3),
+        },
+        Case {
+            name: "degraded PCIe link",
+            machine: |m| {
+                let g = m.gpus[0].pci;
+                if let Some(d) = m.pci.iter_mut().find(|d| d.addr == g) {
+                    d.link.current_width = Some(4);
+                }
+            },
+            tree: none_t,
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_PCIE_WIDTH gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "NVML hang",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["hang"] = true.into(),
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_NVML_TIMEOUT",
+            bound: s(12),
+        },
+        Case {
+            name: "storage mount missing",
+            machine: none_m,
+            tree: |r, _| {
+                std::fs::write(r.join("proc/mounts"), "/dev/sda1 / ext4 rw 0 0\n").expect("mounts")
+            },
+            sim: none_s,
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: STORAGE_MOUNT mount=/fsx",
+            bound: s(3),
+        },
+        Case {
+            name: "prolog: XID 79 on the job's GPU",
+            machine: none_m,
+            tree: |r, m| kmsg(r, 79, m),
+            sim: none_s,
+            program: "prolog",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_XID_79 gpu=",
+            bound: s(3),
+        },
+    ];
+    let mut failures = 0;
+    let mut check = |name: &str, ok: bool, detail: String| {
+        println!("{} {name}: {detail}", if ok { "PASS" } else { "FAIL" });
+        if !ok {
+            failures += 1;
+        }
+    };
+    for case in &cases {
+        let n = node(case, &lib, "");
+        let env = vec![("SLURM_JOB_GPUS", "0,1".to_string())];
+        let r = run(
+            case.program,
+            &n.root,
+            &n.cfg,
+            &n.sim,
+            if case.program == "prolog" { &env } else { &[] },
+        );
+        let verdict = r.json["verdict"].as_str().unwrap_or("");
+        let reason = r.json["reason"].as_str().unwrap_or("");
+        let ok = verdict == case.verdict
+            && reason.starts_with(case.reason)
+            && (case.verdict == "drain" || reason.is_empty() || case.verdict == "warn")
+            && r.elapsed <= case.bound;
+        check(
+            case.name,
+            ok,
+            format!(
+                "{verdict} '{reason}' in {} ms (bound {} ms)",
+                r.elapsed.as_millis(),
+                case.bound.as_millis()
+            ),
+        );
+    }
+
+    // Link flaps: the counter rises in two passes (strikes = 2) -> drain; state kept between runs.
+    let flap = &cases[0];
+    let n = node(flap, &lib, "");
+    let m = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    let dev = m.nics.iter().find_map(|x| x.rdma.clone()).expect("rdma");
+    let counters = n
+        .root
+        .join(format!("sys/class/infiniband/{dev}/ports/1/counters"));
+    std::fs::create_dir_all(&counters).expect("counters");
+    let mut verdicts = Vec::new();
+    for count in [0, 1, 2] {
+        std::fs::write(counters.join("link_downed"), format!("{count}\n")).expect("link_downed");
+        verdicts.push(
+            run("health", &n.root, &n.cfg, &n.sim, &[]).json["verdict"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    check(
+        "link flaps (3 passes)",
+        verdicts == ["ok", "ok", "drain"],
+        format!("{verdicts:?}"),
+    );
+
+    // scontrol hanging: the drain verdict stands, the client is killed at its 5 s timeout,
+    // the process still ends, and the JSON says the drain was not applied.
+    let n = node(&cases[6], &lib, "");
+    let rows = format!("{NODE}|gpu*|mixed|gpu:8|none\n");
+    let r = run(
+        "prolog",
+        &n.root,
+        &n.cfg,
+        &n.sim,
+        &[
+            ("FAKE_SINFO", rows.clone()),
+            ("FAKE_SCONTROL_HANG", "1".into()),
+        ],
+    );
+    let decision = r.json["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["id"] == "drain.decision"))
+        .cloned();
+    let evidence = decision
+        .as_ref()
+        .map(|d| d["evidence"].to_string())
+        .unwrap_or_default();
+    check(
+        "scontrol hanging",
+        r.json["verdict"] == "drain"
+            && evidence.contains("did not finish")
+            && r.elapsed < s(8)
+            && r.code != 0,
+        format!(
+            "{} exit {} in {} ms: {evidence}",
+            r.json["verdict"],
+            r.code,
+            r.elapsed.as_millis()
+        ),
+    );
+
+    // A drain goes through scontrol with the suite's reason; an admin's reason is kept; the
+    // breaker holds back past max_share.
+    let log = n.bin.join("scontrol.log");
+    let r = run(
+        "prolog",
+        &n.root,
+        &n.cfg,
+        &n.sim,
+        &[
+            ("FAKE_SINFO", rows),
+            ("FAKE_SCONTROL_LOG", log.display().to_string()),
+        ],
+    );
+    let line = std::fs::read_to_string(&log).unwrap_or_default();
+    check(
+        "drain via scontrol",
+        line.starts_with(&format!(
+            "update nodename={NODE} state=drain reason=gpu-affinity: GPU_XID_79 gpu="
+        )) && r.code == 1,
+        line.clone(),
+    );
+    let _ = std::fs::remove_file(&log);
+    let admin = format!("{NODE}|gpu*|drained|gpu:8|admin: fan\n");
+    let r = run(
+        "prolog",
+        &n.root,
+        &n.cfg,
+        &n.sim,
+        &[
+            ("FAKE_SINFO", admin),
+            ("FAKE_SCONTROL_LOG", log.display().to_string()),
+        ],
+    );
+    check(
+        "admin reason kept",
+        !log.exists() && r.code == 1,
+        format!("scontrol called: {}", log.exists()),
+    );
+    let fleet = format!(
+        "{NODE}|gpu*|mixed|gpu:8|none\nn2|gpu*|drained|gpu:8|gpu-affinity: GPU_XID_79 gpu=0000:53:00.0\nn3|gpu*|idle|gpu:8|none\n"
+    );
+    let r = run(
+        "prolog",
+        &n.root,
+        &n.cfg,
+        &n.sim,
+        &[
+            ("FAKE_SINFO", fleet),
+            ("FAKE_SCONTROL_LOG", log.display().to_string()),
+        ],
+    );
+    check(
+        "circuit breaker",
+        !log.exists() && r.code == 0 && r.json.to_string().contains("circuit breaker"),
+        format!("exit {}", r.code),
+    );
+    failures
+}

@@ -1,0 +1,293 @@
+//! A test-only NVML: `libnvml_sim.so` exports the NVML C functions gpu-affinity's health
+//! programs call (through nvml-wrapper's `lib_path`), so the real loading and calling code runs
+//! in CI without a GPU.
+//!
+//! The state is a JSON file: `$NVML_SIM_STATE`, else `nvml-sim.json` next to the library (a
+//! prolog started by slurmd gets no test environment). It is read on `nvmlInit`:
+//!
+//! ```json
+//! {"driver": "550.54.15", "hang": false, "slow_ms": 0,
+//!  "gpus": [{"bus_id": "0000:53:00.0", "ecc_uncorrected": 0, "remap_pending": false,
+//!            "remap_failure": false, "retired_pending": false, "nvlinks": [true, true],
+//!            "persistence": true, "lost": false}]}
+//! ```
+//! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
+
+// These are C exports that NVML's callers invoke with its pointer contract; marking them
+// `unsafe fn` changes nothing for a C caller, so clippy's raw-pointer lint does not apply.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
+use std::ffi::{CStr, c_char, c_uint, c_ulonglong, c_void};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct State {
+    driver: String,
+    hang: bool,
+    slow_ms: u64,
+    gpus: Vec<Gpu>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Gpu {
+    bus_id: String,
+    ecc_uncorrected: u64,
+    remap_pending: bool,
+    remap_failure: bool,
+    retired_pending: bool,
+    nvlinks: Vec<bool>,
+    persistence: bool,
+    lost: bool,
+}
+
+const SUCCESS: c_uint = 0;
+const INVALID_ARGUMENT: c_uint = 2;
+const NOT_SUPPORTED: c_uint = 3;
+const INSUFFICIENT_SIZE: c_uint = 7;
+const GPU_IS_LOST: c_uint = 15;
+
+// The state, read once per process on the first call; no lock a panic could poison.
+static STATE: OnceLock<State> = OnceLock::new();
+
+fn state_path() -> Option<String> {
+    if let Ok(p) = std::env::var("NVML_SIM_STATE") {
+        return Some(p);
+    }
+    // Next to this library: find our own file through dladdr.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the address and fills `info`.
+    let found = unsafe { libc::dladdr(state_path as *const c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr returned a NUL-terminated path.
+    let lib = unsafe { CStr::from_ptr(info.dli_fname) }
+        .to_string_lossy()
+        .into_owned();
+    let dir = std::path::Path::new(&lib).parent()?;
+    Some(dir.join("nvml-sim.json").display().to_string())
+}
+
+fn state() -> &'static State {
+    STATE.get_or_init(|| {
+        state_path()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default()
+    })
+}
+
+fn slow() {
+    let ms = state().slow_ms;
+    if ms > 0 {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+/// Device handles are 1-based indices disguised as pointers.
+fn gpu(handle: *mut c_void) -> Result<&'static Gpu, c_uint> {
+    let index = (handle as usize).checked_sub(1).ok_or(INVALID_ARGUMENT)?;
+    let gpu = state().gpus.get(index).ok_or(INVALID_ARGUMENT)?;
+    if gpu.lost { Err(GPU_IS_LOST) } else { Ok(gpu) }
+}
+
+macro_rules! out {
+    ($ptr:expr, $value:expr) => {{
+        if $ptr.is_null() {
+            return INVALID_ARGUMENT;
+        }
+        // SAFETY: NVML's contract: the caller passes a valid pointer for the result.
+        unsafe { *$ptr = $value };
+    }};
+}
+
+macro_rules! device {
+    ($handle:expr) => {
+        match gpu($handle) {
+            Ok(g) => g,
+            Err(code) => return code,
+        }
+    };
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInit_v2() -> c_uint {
+    let _ = state();
+    slow();
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> c_uint {
+    nvmlInit_v2()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlShutdown() -> c_uint {
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlErrorString(_code: c_uint) -> *const c_char {
+    c"nvml-sim error".as_ptr()
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlSystemGetDriverVersion(buf: *mut c_char, len: c_uint) -> c_uint {
+    slow();
+    let v = state().driver.as_bytes();
+    if buf.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    if v.len() + 1 > len as usize {
+        return INSUFFICIENT_SIZE;
+    }
+    // SAFETY: `buf` holds `len` bytes (NVML's contract) and v.len() + 1 <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(v.as_ptr().cast::<c_char>(), buf, v.len());
+        *buf.add(v.len()) = 0;
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> c_uint {
+    slow();
+    while state().hang {
+        // A wedged driver: the call never returns.
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+    out!(count, state().gpus.len() as c_uint);
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *mut *mut c_void) -> c_uint {
+    slow();
+    let Some(g) = state().gpus.get(index as usize) else {
+        return INVALID_ARGUMENT;
+    };
+    if g.lost {
+        return GPU_IS_LOST;
+    }
+    out!(device, (index as usize + 1) as *mut c_void);
+    SUCCESS
+}
+
+/// nvmlPciInfo_t (v3): legacy bus id, domain, bus, device, ids, bus id.
+#[repr(C)]
+pub struct PciInfo {
+    bus_id_legacy: [c_char; 16],
+    domain: c_uint,
+    bus: c_uint,
+    device: c_uint,
+    pci_device_id: c_uint,
+    pci_sub_system_id: c_uint,
+    bus_id: [c_char; 32],
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetPciInfo_v3(device: *mut c_void, info: *mut PciInfo) -> c_uint {
+    slow();
+    let g = device!(device);
+    if info.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // NVML writes an 8-digit domain: 00000000:53:00.0.
+    let id = format!("0000{}", g.bus_id);
+    let mut bus_id = [0 as c_char; 32];
+    for (slot, b) in bus_id.iter_mut().zip(id.bytes().take(31)) {
+        *slot = b as c_char;
+    }
+    let parse = |i: usize| {
+        u32::from_str_radix(g.bus_id.split([':', '.']).nth(i).unwrap_or("0"), 16).unwrap_or(0)
+    };
+    // SAFETY: `info` is a valid out pointer (NVML's contract), checked non-null above.
+    unsafe {
+        *info = PciInfo {
+            bus_id_legacy: [0; 16],
+            domain: parse(0),
+            bus: parse(1),
+            device: parse(2),
+            pci_device_id: 0x2330_10de,
+            pci_sub_system_id: 0,
+            bus_id,
+        };
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetTotalEccErrors(
+    device: *mut c_void,
+    error_type: c_uint,
+    counter: c_uint,
+    count: *mut c_ulonglong,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    // 1 = NVML_MEMORY_ERROR_TYPE_UNCORRECTED, 0 = NVML_VOLATILE_ECC.
+    let n = if error_type == 1 && counter == 0 {
+        g.ecc_uncorrected
+    } else {
+        0
+    };
+    out!(count, n);
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetRemappedRows(
+    device: *mut c_void,
+    corr: *mut c_uint,
+    unc: *mut c_uint,
+    pending: *mut c_uint,
+    failure: *mut c_uint,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    out!(corr, 0);
+    out!(unc, 0);
+    out!(pending, c_uint::from(g.remap_pending));
+    out!(failure, c_uint::from(g.remap_failure));
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetRetiredPagesPendingStatus(
+    device: *mut c_void,
+    pending: *mut c_uint,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    out!(pending, c_uint::from(g.retired_pending));
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetNvLinkState(
+    device: *mut c_void,
+    link: c_uint,
+    active: *mut c_uint,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    match g.nvlinks.get(link as usize) {
+        Some(&up) => out!(active, c_uint::from(up)),
+        None => return NOT_SUPPORTED,
+    }
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetPersistenceMode(device: *mut c_void, mode: *mut c_uint) -> c_uint {
+    slow();
+    let g = device!(device);
+    out!(mode, c_uint::from(g.persistence));
+    SUCCESS
+}
