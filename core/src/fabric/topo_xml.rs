@@ -13,6 +13,7 @@ use std::fmt::Write;
 
 use crate::model::{Machine, Nic, PciDevice};
 use crate::pci::PciAddr;
+use crate::sources::nccl_xml;
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -46,7 +47,10 @@ fn is_fabric(m: &Machine, addr: PciAddr) -> bool {
 
 fn attrs(d: &PciDevice) -> String {
     let mut s = format!("busid=\"{}\" class=\"0x{:06x}\"", d.addr, d.class);
-    if d.vendor != 0 {
+    // Unknown ids are left out, as the vendors' own files do, for NCCL to fill in: 0 and
+    // 0xffff (the NCCL source's UNKNOWN_ID, PCI's "no function"). Writing 0xffff would
+    // claim a non-NVIDIA vendor for a GPU read from such a file.
+    if d.vendor != 0 && d.vendor != nccl_xml::UNKNOWN_ID {
         let _ = write!(
             s,
             " vendor=\"0x{:04x}\" device=\"0x{:04x}\"",
@@ -176,4 +180,29 @@ pub fn render(machine: &Machine) -> String {
     }
     out.push_str("</system>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `topology` and `nccl_xml` fuzz targets on their first seed run (the
+    /// shape of Azure's ndv2-topo.xml): GPUs known by class alone came back from
+    /// `render` with `vendor="0xffff"`, and the rendered file then read as no GPUs.
+    #[test]
+    fn gpus_without_vendor_ids_survive_a_render() {
+        let text = r#"<system version="1">
+              <cpu numaid="0" affinity="0000000f">
+                <pci busid="0001:00:00.0" class="0x030200" link_speed="16 GT/s" link_width="16"/>
+                <pci busid="0101:00:00.0" class="0x020700" link_speed="16 GT/s" link_width="16"/>
+              </cpu>
+            </system>"#;
+        let machine = nccl_xml::parse(text).expect("parses");
+        assert_eq!(machine.gpus.len(), 1);
+        let xml = render(&machine);
+        assert!(!xml.contains("0xffff"), "{xml}");
+        let back = nccl_xml::parse(&xml).expect("the rendered file parses");
+        let gpus = |m: &Machine| m.gpus.iter().map(|g| g.pci).collect::<Vec<_>>();
+        assert_eq!(gpus(&back), gpus(&machine), "{xml}");
+    }
 }
