@@ -17,7 +17,9 @@ pub enum CpuSetError {
     BadMask(String),
 }
 
-/// Largest CPU id accepted from text, so a hostile "0-4294967295" cannot exhaust memory.
+/// CPU ids read from text are below this (65536 CPUs), so a hostile "0-4294967295"
+/// cannot exhaust memory. One bound for both forms: every set a cpulist gives has a mask
+/// form that parses back (2048 words).
 pub const MAX_CPU_ID: u32 = 1 << 16;
 
 impl CpuSet {
@@ -37,7 +39,7 @@ impl CpuSet {
             };
             let lo: u32 = lo.parse().map_err(|_| bad())?;
             let hi: u32 = hi.parse().map_err(|_| bad())?;
-            if lo > hi || hi > MAX_CPU_ID {
+            if lo > hi || hi >= MAX_CPU_ID {
                 return Err(bad());
             }
             set.extend(lo..=hi);
@@ -199,5 +201,15 @@ mod tests {
         assert_eq!(set.to_mask(), "000000ff,ffff0000,00ffffff");
         assert!(CpuSet::parse_mask("xyz").is_err());
         assert!(CpuSet::parse_mask("").is_err());
+    }
+
+    /// Found with the `cpulist` fuzz target's round-trip property: the list form took CPU
+    /// 65536, whose mask (2049 words) the mask form refuses. The largest id both take.
+    #[test]
+    fn list_and_mask_share_one_bound() {
+        assert!(CpuSet::parse_list("65536").is_err());
+        assert!(CpuSet::parse_list("0-65536").is_err());
+        let top = CpuSet::parse_list("65535").expect("the largest id");
+        assert_eq!(CpuSet::parse_mask(&top.to_mask()), Ok(top));
     }
 }

@@ -1,10 +1,11 @@
 //! `sources::hwloc_xml::parse` (hwloc v2 XML, `lstopo --of xml`) and its bitmap form.
 #![no_main]
 
-use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::sources::hwloc_xml;
 use libfuzzer_sys::fuzz_target;
 
+#[path = "../src/cpuset_checks.rs"]
+mod cpuset_checks;
 #[path = "../src/machine_checks.rs"]
 mod machine_checks;
 
@@ -16,11 +17,10 @@ fuzz_target!(|data: &[u8]| {
         machine_checks::check_machine(&machine, "hwloc_xml");
     }
     // Short inputs are bitmaps too (`cpuset="0x0000ffff,,0x1"`): the finite part must
-    // survive the kernel mask form the rest of the suite uses.
+    // survive the cpulist and kernel mask forms the rest of the suite uses.
     if text.len() <= 256
         && let Ok(bitmap) = hwloc_xml::parse_bitmap(text)
     {
-        let back = CpuSet::parse_mask(&bitmap.set.to_mask());
-        assert_eq!(back.as_ref(), Ok(&bitmap.set), "bitmap {text:?}");
+        cpuset_checks::check_forms(text, &bitmap.set);
     }
 });
