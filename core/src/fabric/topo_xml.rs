@@ -135,7 +135,8 @@ pub fn render(machine: &Machine) -> String {
         .collect();
     let mut out = String::from("<system version=\"1\">\n");
     // Devices whose NUMA node is unknown go under the first NUMA node: NCCL needs every
-    // PCI tree under some CPU, and a comment says the placement is a guess.
+    // PCI tree under some CPU. Only where no node is known at all (neither the machine's
+    // nor any device's) does a `numaid="0"` CPU stand in, with a comment saying so.
     let first = machine.numa_nodes.first().map(|n| n.id);
     let mut nodes: Vec<(Option<u32>, Vec<&PciDevice>)> = machine
         .numa_nodes
@@ -153,7 +154,13 @@ pub fn render(machine: &Machine) -> String {
         }
     }
     if !unplaced.is_empty() {
-        nodes.push((None, unplaced));
+        // A device can name a node the machine does not list; such an entry is then the
+        // first known node, and a second `numaid="0"` beside it would be a file that
+        // lists one NUMA node twice.
+        match nodes.first_mut() {
+            Some((_, list)) => list.extend(unplaced),
+            None => nodes.push((None, unplaced)),
+        }
     }
     for (id, devices) in nodes {
         if devices.is_empty() {
@@ -204,5 +211,18 @@ mod tests {
         let back = nccl_xml::parse(&xml).expect("the rendered file parses");
         let gpus = |m: &Machine| m.gpus.iter().map(|g| g.pci).collect::<Vec<_>>();
         assert_eq!(gpus(&back), gpus(&machine), "{xml}");
+    }
+
+    /// Found by the `hwloc_xml` fuzz target (its input, minimized by libFuzzer): with no
+    /// NUMA node objects, one GPU under a nodeset (NUMA 0) and one without rendered two
+    /// `<cpu numaid="0">`, a file NCCL's format, and our parser, refuse.
+    #[test]
+    fn an_unplaced_device_joins_the_node_a_device_named() {
+        let text = r#"<topology version="2"><object><object nodeset="1"><object type="PCIDev" pci_busid="0:0.0" pci_type="302 [10de:1]"></object><object><object type="PCIDev" pci_busid="4:0.0" pci_type="302 [10de:1]"></object></object></object></object></topology>"#;
+        let machine = crate::sources::hwloc_xml::parse(text).expect("parses");
+        let xml = render(&machine);
+        assert_eq!(xml.matches("<cpu ").count(), 1, "{xml}");
+        let back = nccl_xml::parse(&xml).expect("the rendered file parses");
+        assert_eq!(back.gpus.len(), 2, "{xml}");
     }
 }
