@@ -115,12 +115,13 @@ mod tests {
         }
     }
 
-    /// Found with the `sysfs_attr` fuzz target's address property: `from_str_radix`
-    /// takes a sign, so "0000:+5:00.0" read as 0000:05:00.0, and sysfs names such as
-    /// "+000:00:01.0" counted as PCI functions in `device_path`.
+    /// Found by the `sysfs_attr` fuzz target's address property ("+000:00:0.0", its
+    /// input): `from_str_radix` takes a sign, so it read as 0000:00:00.0, and sysfs
+    /// names such as "+000:00:01.0" counted as PCI functions in `device_path`.
     #[test]
     fn rejects_a_sign() {
         for bad in [
+            "+000:00:0.0",
             "0000:+5:00.0",
             "+000:05:00.0",
             "0000:05:+0.0",
