@@ -283,7 +283,7 @@ fn deserialize(text: &str, base: Option<&str>) -> Result<Description, CatalogErr
                     .iter()
                     .rposition(|b| *b == b'\n')
                     .map_or(0, |p| p + 1);
-                if let Some(key) = key_before(&text[line_start..start]) {
+                if let Some(key) = text.get(line_start..start).and_then(key_before) {
                     message = format!("{key}: {message}");
                 }
                 (line, start - line_start + 1)
@@ -305,9 +305,12 @@ fn deserialize(text: &str, base: Option<&str>) -> Result<Description, CatalogErr
 /// The key of `key = <value>` when a bad value starts right after it on the line.
 fn key_before(line_head: &str) -> Option<&str> {
     let head = line_head.trim_end().strip_suffix('=')?.trim_end();
+    // The key starts after the last character that cannot be in one; that character
+    // may be several bytes long (a BOM, any non-ASCII text before the key).
     let start = head
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
-        .map_or(0, |p| p + 1);
+        .char_indices()
+        .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+        .map_or(0, |(p, c)| p + c.len_utf8());
     let key = &head[start..];
     (!key.is_empty()).then_some(key)
 }

@@ -327,7 +327,10 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         line: text
             .get(..offset)
             .map_or(1, |t| t.matches('\n').count() + 1),
-        message,
+        // The message quotes the file (a value, the source line): a control character
+        // there (a lone CR, an escaped "\n" in a TOML string) would break the one line
+        // the front ends print into two, in the Slurm log too.
+        message: printable(&message),
     };
     let doc: ConfigDoc = toml::from_str(text).map_err(|e| {
         let offset = e.span().map_or(0, |s| s.start);
@@ -542,6 +545,19 @@ fn source_line(text: &str, offset: usize) -> &str {
     text[start..end].trim()
 }
 
+/// `text` with every control character escaped (`\r`, `\u{1}`), so it prints as one line.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -691,6 +707,21 @@ mod tests {
                 "{text}: {e}"
             );
             assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    /// Found by the `admin_config` fuzz target: the source line quoted in the error kept
+    /// its lone CR, so the "one line" printed as two. Its input, and a value with an
+    /// escaped newline, which the value echo quoted raw.
+    #[test]
+    fn errors_quoting_control_characters_stay_one_line() {
+        for text in ["f\r\u{1}", "[plugin]\ndefault = \"str\\nict\"\n"] {
+            let e = err(text);
+            assert!(!e.contains(['\n', '\r']), "{e:?}");
+            assert!(
+                e.contains("\\r") || e.contains("\\n"),
+                "the character is shown: {e:?}"
+            );
         }
     }
 

@@ -19,7 +19,9 @@ pub enum CpuSetError {
     BadMask(String),
 }
 
-/// Largest CPU id accepted from text, so a hostile "0-4294967295" cannot exhaust memory.
+/// CPU ids read from text are below this (65536 CPUs), so a hostile "0-4294967295"
+/// cannot exhaust memory. One bound for both forms: every set a cpulist gives has a mask
+/// form that parses back (2048 words).
 pub const MAX_CPU_ID: u32 = 1 << 16;
 
 impl CpuSet {
@@ -31,8 +33,9 @@ impl CpuSet {
     /// The syntax and bounds are core's one range-list rule ([`crate::ranges`]).
     pub fn parse_list(text: &str) -> Result<Self, CpuSetError> {
         let limits = ranges::Limits {
-            max_value: MAX_CPU_ID,
-            max_count: u64::from(MAX_CPU_ID) + 1,
+            // Ids below MAX_CPU_ID, the bound the mask form keeps too.
+            max_value: MAX_CPU_ID - 1,
+            max_count: u64::from(MAX_CPU_ID),
         };
         let parts = ranges::parse(text.trim(), limits, true)
             .map_err(|_| CpuSetError::BadList(text.to_string()))?;
@@ -193,5 +196,15 @@ mod tests {
         assert_eq!(set.to_mask(), "000000ff,ffff0000,00ffffff");
         assert!(CpuSet::parse_mask("xyz").is_err());
         assert!(CpuSet::parse_mask("").is_err());
+    }
+
+    /// Found with the `cpulist` fuzz target's round-trip property: the list form took CPU
+    /// 65536, whose mask (2049 words) the mask form refuses. The largest id both take.
+    #[test]
+    fn list_and_mask_share_one_bound() {
+        assert!(CpuSet::parse_list("65536").is_err());
+        assert!(CpuSet::parse_list("0-65536").is_err());
+        let top = CpuSet::parse_list("65535").expect("the largest id");
+        assert_eq!(CpuSet::parse_mask(&top.to_mask()), Ok(top));
     }
 }

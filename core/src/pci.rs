@@ -45,7 +45,8 @@ impl FromStr for PciAddr {
             return Err(bad());
         };
         let hex = |s: &str, max_len: usize| -> Result<u32, PciAddrError> {
-            if s.is_empty() || s.len() > max_len {
+            // from_str_radix alone also takes a leading '+' ("0000:+5:00.0").
+            if s.is_empty() || s.len() > max_len || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
                 return Err(bad());
             }
             u32::from_str_radix(s, 16).map_err(|_| bad())
@@ -109,6 +110,23 @@ mod tests {
             "0000:153:00.0",
             "0000:53:20.0",
             "0000:53:00.8",
+        ] {
+            assert!(bad.parse::<PciAddr>().is_err(), "{bad}");
+        }
+    }
+
+    /// Found by the `sysfs_attr` fuzz target's address property ("+000:00:0.0", its
+    /// input): `from_str_radix` takes a sign, so it read as 0000:00:00.0, and sysfs
+    /// names such as "+000:00:01.0" counted as PCI functions in `device_path`.
+    #[test]
+    fn rejects_a_sign() {
+        for bad in [
+            "+000:00:0.0",
+            "0000:+5:00.0",
+            "+000:05:00.0",
+            "0000:05:+0.0",
+            "0000:05:00.+",
+            "+5:00.0",
         ] {
             assert!(bad.parse::<PciAddr>().is_err(), "{bad}");
         }

@@ -1073,3 +1073,13 @@ fn grace_machines_agree_with_the_dranet_slices() {
         }
     }
 }
+
+/// Found by the `catalog` fuzz target: a syntax error right after `KEY =` with a
+/// multi-byte character before the key panicked while naming the key (a byte index
+/// one past the character's first byte). Its input, as it found it.
+#[test]
+fn a_syntax_error_after_non_ascii_text_names_the_key() {
+    let text = "mmind.'g\u{7}m a\u{feff}\u{fffb}rs =\n";
+    let e = parse(text).expect_err("not a description").to_string();
+    assert!(e.contains("rs:"), "{e}");
+}

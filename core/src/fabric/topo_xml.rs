@@ -13,6 +13,7 @@ use std::fmt::Write;
 
 use crate::model::{Machine, Nic, PciDevice};
 use crate::pci::PciAddr;
+use crate::sources::nccl_xml;
 
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
@@ -42,7 +43,10 @@ fn wanted(m: &Machine, fabric: &[&Nic]) -> Vec<PciAddr> {
 
 fn attrs(d: &PciDevice) -> String {
     let mut s = format!("busid=\"{}\" class=\"0x{:06x}\"", d.addr, d.class);
-    if d.vendor != 0 {
+    // Unknown ids are left out, as the vendors' own files do, for NCCL to fill in: 0 and
+    // 0xffff (the NCCL source's UNKNOWN_ID, PCI's "no function"). Writing 0xffff would
+    // claim a non-NVIDIA vendor for a GPU read from such a file.
+    if d.vendor != 0 && d.vendor != nccl_xml::UNKNOWN_ID {
         let _ = write!(
             s,
             " vendor=\"0x{:04x}\" device=\"0x{:04x}\"",
@@ -130,7 +134,8 @@ pub fn render(machine: &Machine, fabric: &[&Nic]) -> String {
         .collect();
     let mut out = String::from("<system version=\"1\">\n");
     // Devices whose NUMA node is unknown go under the first NUMA node: NCCL needs every
-    // PCI tree under some CPU, and a comment says the placement is a guess.
+    // PCI tree under some CPU. Only where no node is known at all (neither the machine's
+    // nor any device's) does a `numaid="0"` CPU stand in, with a comment saying so.
     let first = machine.numa_nodes.first().map(|n| n.id);
     let mut nodes: Vec<(Option<u32>, Vec<&PciDevice>)> = machine
         .numa_nodes
@@ -150,7 +155,13 @@ pub fn render(machine: &Machine, fabric: &[&Nic]) -> String {
         }
     }
     if !unplaced.is_empty() {
-        nodes.push((None, unplaced));
+        // A device can name a node the machine does not list; such an entry is then the
+        // first known node, and a second `numaid="0"` beside it would be a file that
+        // lists one NUMA node twice.
+        match nodes.first_mut() {
+            Some((_, list)) => list.extend(unplaced),
+            None => nodes.push((None, unplaced)),
+        }
     }
     for (id, devices) in nodes {
         if devices.is_empty() {
@@ -177,4 +188,42 @@ pub fn render(machine: &Machine, fabric: &[&Nic]) -> String {
     }
     out.push_str("</system>\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `topology` and `nccl_xml` fuzz targets on their first seed run (the
+    /// shape of Azure's ndv2-topo.xml): GPUs known by class alone came back from
+    /// `render` with `vendor="0xffff"`, and the rendered file then read as no GPUs.
+    #[test]
+    fn gpus_without_vendor_ids_survive_a_render() {
+        let text = r#"<system version="1">
+              <cpu numaid="0" affinity="0000000f">
+                <pci busid="0001:00:00.0" class="0x030200" link_speed="16 GT/s" link_width="16"/>
+                <pci busid="0101:00:00.0" class="0x020700" link_speed="16 GT/s" link_width="16"/>
+              </cpu>
+            </system>"#;
+        let machine = nccl_xml::parse(text).expect("parses");
+        assert_eq!(machine.gpus.len(), 1);
+        let xml = render(&machine, &machine.fabric_nics());
+        assert!(!xml.contains("0xffff"), "{xml}");
+        let back = nccl_xml::parse(&xml).expect("the rendered file parses");
+        let gpus = |m: &Machine| m.gpus.iter().map(|g| g.pci).collect::<Vec<_>>();
+        assert_eq!(gpus(&back), gpus(&machine), "{xml}");
+    }
+
+    /// Found by the `hwloc_xml` fuzz target (its input, minimized by libFuzzer): with no
+    /// NUMA node objects, one GPU under a nodeset (NUMA 0) and one without rendered two
+    /// `<cpu numaid="0">`, a file NCCL's format, and our parser, refuse.
+    #[test]
+    fn an_unplaced_device_joins_the_node_a_device_named() {
+        let text = r#"<topology version="2"><object><object nodeset="1"><object type="PCIDev" pci_busid="0:0.0" pci_type="302 [10de:1]"></object><object><object type="PCIDev" pci_busid="4:0.0" pci_type="302 [10de:1]"></object></object></object></object></topology>"#;
+        let machine = crate::sources::hwloc_xml::parse(text).expect("parses");
+        let xml = render(&machine, &machine.fabric_nics());
+        assert_eq!(xml.matches("<cpu ").count(), 1, "{xml}");
+        let back = nccl_xml::parse(&xml).expect("the rendered file parses");
+        assert_eq!(back.gpus.len(), 2, "{xml}");
+    }
 }

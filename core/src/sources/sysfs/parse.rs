@@ -242,7 +242,8 @@ pub fn nvidia_information(bytes: &[u8]) -> Result<NvidiaInfo, ParseError> {
 /// vouch for the grouping, and the caller reads sysfs instead: no `processor` records, a
 /// record without `physical id` / `core id` (ARM, s390), a number that does not parse,
 /// or a package whose thread and core counts disagree with its own `siblings` and
-/// `cpu cores` lines (core ids that repeat inside a package, as on some multi-die parts).
+/// `cpu cores` lines (core ids that repeat inside a package, as on some multi-die parts),
+/// or a `processor` number listed twice (it would put one thread in two cores).
 pub fn cpuinfo_cores(bytes: &[u8]) -> Option<Vec<CpuSet>> {
     #[derive(Default)]
     struct Record {
@@ -294,8 +295,12 @@ pub fn cpuinfo_cores(bytes: &[u8]) -> Option<Vec<CpuSet>> {
     // (package, core) -> threads; package -> (threads, cores) as cpuinfo claims them.
     let mut cores: BTreeMap<(u32, u32), CpuSet> = BTreeMap::new();
     let mut claimed: BTreeMap<u32, (u32, u32)> = BTreeMap::new();
+    let mut threads = CpuSet::new();
     for r in &records {
         let (cpu, package, core) = (r.cpu?, r.package?, r.core?);
+        if !threads.insert(cpu) {
+            return None;
+        }
         let claim = (r.siblings?, r.cores?);
         if *claimed.entry(package).or_insert(claim) != claim {
             return None;
@@ -460,5 +465,15 @@ mod tests {
         assert_eq!(cpuinfo_cores(b""), None);
         assert_eq!(cpuinfo_cores(b"processor\t: x\n"), None);
         assert_eq!(cpuinfo_cores(&[0xff, 0xfe]), None);
+    }
+
+    /// Found by the `sysfs_attr` fuzz target (reduced by hand from its input): the same
+    /// `processor` twice, under two core ids, with counts that still add up, made CPU 52
+    /// a thread of two cores.
+    #[test]
+    fn cpuinfo_with_a_repeated_processor_is_not_trusted() {
+        let text = b"processor\t: 52\nphysical id\t: 2\nsiblings\t: 2\ncore id\t\t: 52\ncpu cores\t: 2\n\n\
+                     processor\t: 52\nphysical id\t: 2\nsiblings\t: 2\ncore id\t\t: 53\ncpu cores\t: 2\n";
+        assert_eq!(cpuinfo_cores(text), None);
     }
 }
