@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(dir.is_absolute(), "{dir:?} accepted as a directory");
             }
             for key in &config.fabric.force {
-                assert!(!gpu_affinity::fabric::profiles::plugin_owned(key), "{key}");
+                assert!(!gpu_affinity::plugin_env::plugin_owned(key), "{key}");
             }
         }
         Err(e) => {

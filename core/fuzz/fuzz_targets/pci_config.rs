@@ -1,9 +1,9 @@
-//! `sources::sysfs::config::pci_config`: raw PCI config space (the sysfs `config` file),
+//! `sources::sysfs::config_space::pci_config`: raw PCI config space (the sysfs `config` file),
 //! including the capability-list walk, which must stay inside the given bytes and end
 //! on a looping list.
 #![no_main]
 
-use gpu_affinity::sources::sysfs::config::{
+use gpu_affinity::sources::sysfs::config_space::{
     LINK_STATUS, express_capability, pci_config, speed_code,
 };
 use libfuzzer_sys::fuzz_target;
