@@ -16,6 +16,7 @@ use crate::lock::ClusterLock;
 use crate::plugin::{self, Variant};
 use crate::prereq::{self, Programs};
 use crate::report::{PROBE, StepOutput};
+use crate::series::SlurmSeries;
 use crate::{harness_err, ports};
 
 /// Character-device major number of /dev/nvidiaN.
@@ -47,6 +48,8 @@ pub struct ClusterBuilder {
     plugin: Option<PluginSetup>,
     sysfs: Option<SysfsSource>,
     slurmd_debug: String,
+    /// `None`: [`crate::series::SERIES_ENV`], else this machine's own Slurm.
+    series: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -73,7 +76,15 @@ impl ClusterBuilder {
             plugin: None,
             sysfs: None,
             slurmd_debug: "info".to_owned(),
+            series: None,
         }
+    }
+
+    /// Run this Slurm series (`22.05`, `24.11`, `26.05`) instead of the one
+    /// `GPU_AFFINITY_SLURM_SERIES` selects (see [`crate::series`]).
+    pub fn slurm_series(mut self, series: &str) -> Self {
+        self.series = Some(series.to_owned());
+        self
     }
 
     pub fn task_plugin(mut self, task_plugin: TaskPlugin) -> Self {
@@ -145,8 +156,12 @@ impl ClusterBuilder {
 
     /// Start the cluster; a missing prerequisite is an error saying what to install.
     pub fn start(self) -> Result<Cluster> {
-        let programs = prereq::check()?;
-        Cluster::start(self, programs)
+        let series = match &self.series {
+            Some(name) => SlurmSeries::named(name)?,
+            None => SlurmSeries::from_env()?,
+        };
+        let programs = prereq::check_in(series.prefix())?;
+        Cluster::start(self, programs, series)
     }
 
     /// Like [`Self::start`], but `None` (with a note on stderr) when the developer set
@@ -167,6 +182,9 @@ impl ClusterBuilder {
 /// and removes its directory.
 pub struct Cluster {
     programs: Programs,
+    series: SlurmSeries,
+    /// `slurmd -V` of the running series: (major, minor, patch).
+    version: (u32, u32, u32),
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
     conf: PathBuf,
@@ -183,7 +201,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    fn start(b: ClusterBuilder, programs: Programs) -> Result<Self> {
+    fn start(b: ClusterBuilder, programs: Programs, series: SlurmSeries) -> Result<Self> {
         let lock = ClusterLock::acquire()?;
         let dir = tempfile::Builder::new()
             .prefix("gpu-affinity-cluster.")
@@ -208,6 +226,8 @@ impl Cluster {
         mkdir(&path.join("spool").join(&node), 0o755)?;
         let mut cluster = Cluster {
             programs,
+            series,
+            version: (0, 0, 0),
             dir: Some(dir),
             conf: path.join("slurm.conf"),
             plugstack: path.join("plugstack.conf"),
@@ -225,6 +245,7 @@ impl Cluster {
             daemons: Vec::new(),
             _lock: lock,
         };
+        cluster.version = cluster.slurmd_version()?;
         cluster.start_munge()?;
         cluster.make_fake_gpus()?;
         cluster.sysfs_root = match b.sysfs {
@@ -239,7 +260,11 @@ impl Cluster {
         if let Some(setup) = &b.plugin {
             // A private copy: a rebuild during the test cannot swap the library under
             // a running slurmstepd, and user nobody's srun can read it.
-            let built = plugin::plugin(setup.variant)?;
+            let built = if cluster.series.explicit {
+                plugin::plugin_for_series(setup.variant, &cluster.series.name)?
+            } else {
+                plugin::plugin(setup.variant)?
+            };
             let copy = cluster.path.join("lib/gpu_affinity.so");
             fs::copy(&built, &copy)
                 .context(|| format!("copy {} to {}", built.display(), copy.display()))?;
@@ -298,7 +323,11 @@ impl Cluster {
 
     fn start_munge(&mut self) -> Result<()> {
         let key = self.path.join("munge/munge.key");
-        let out = Command::new(&self.programs.mungekey)
+        let out = self
+            .series
+            .command(&self.programs.timeout, None)
+            .args(["-k", "5", "20"])
+            .arg(&self.programs.mungekey)
             .arg("--create")
             .arg(format!("--keyfile={}", key.display()))
             .output()
@@ -311,7 +340,7 @@ impl Cluster {
         }
         set_mode(&key, 0o400)?;
         let socket = self.path.join("munge/munge.socket");
-        let mut cmd = Command::new(&self.programs.munged);
+        let mut cmd = self.series.command(&self.programs.munged, None);
         cmd.env_clear()
             .env("PATH", CLEAN_PATH)
             .arg("-F")
@@ -353,7 +382,9 @@ impl Cluster {
     }
 
     fn real_shape(&self) -> Result<NodeShape> {
-        let out = Command::new(&self.programs.timeout)
+        let out = self
+            .series
+            .command(&self.programs.timeout, None)
             .args(["-k", "5", "20"])
             .arg(&self.programs.slurmd)
             .arg("-C")
@@ -366,15 +397,42 @@ impl Cluster {
             .ok_or_else(|| harness_err!("cannot read the node shape from `slurmd -C`: {text:?}"))
     }
 
+    /// `slurmd -V` ("slurm 24.11.5") of the series this cluster runs.
+    fn slurmd_version(&self) -> Result<(u32, u32, u32)> {
+        let out = self
+            .series
+            .command(&self.programs.timeout, None)
+            .args(["-k", "5", "20"])
+            .arg(&self.programs.slurmd)
+            .arg("-V")
+            .env_clear()
+            .env("PATH", CLEAN_PATH)
+            .output()
+            .context(|| "run slurmd -V".to_owned())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().ok());
+        match (parts.next().flatten(), parts.next().flatten(), parts.next()) {
+            (Some(major), Some(minor), patch) => Ok((major, minor, patch.flatten().unwrap_or(0))),
+            _ => Err(harness_err!(
+                "cannot read the Slurm version from `slurmd -V`: {text:?}"
+            )),
+        }
+    }
+
     fn start_slurm(&mut self) -> Result<()> {
-        let mut ctld = Command::new(&self.programs.slurmctld);
+        let mut ctld = self.series.command(&self.programs.slurmctld, None);
         ctld.env_clear()
             .env("PATH", CLEAN_PATH)
             .args(["-D", "-i", "-f"])
             .arg(&self.conf);
         let ctld = Daemon::spawn("slurmctld", ctld, &self.path.join("log/slurmctld.out"))?;
         self.daemons.push(ctld);
-        let mut slurmd = Command::new(&self.programs.slurmd);
+        let mut slurmd = self.series.command(&self.programs.slurmd, None);
         slurmd
             .env_clear()
             .env("PATH", CLEAN_PATH)
@@ -473,6 +531,21 @@ impl Cluster {
         &self.conf
     }
 
+    /// The Slurm series this cluster runs (`22.05`, `24.11`, `26.05`).
+    pub fn series(&self) -> &str {
+        &self.series.name
+    }
+
+    /// The running Slurm's (major, minor, patch), from `slurmd -V`.
+    pub fn slurm_version(&self) -> (u32, u32, u32) {
+        self.version
+    }
+
+    /// True when the running Slurm is `major.minor` or newer.
+    pub fn slurm_at_least(&self, major: u32, minor: u32) -> bool {
+        (self.version.0, self.version.1) >= (major, minor)
+    }
+
     /// The node's name (this machine's short hostname).
     pub fn node(&self) -> &str {
         &self.node
@@ -556,6 +629,47 @@ impl Cluster {
         v
     }
 
+    /// The job-level request for a whole-node job: one task holding every CPU and GPU.
+    /// Valid on every series, unlike letting an overcommitting step size its own job
+    /// (see [`Self::in_allocation`]); sbatch of a script running [`Self::whole_node`]
+    /// steps uses this.
+    pub fn whole_node_allocation(&self) -> Vec<String> {
+        let mut v = vec!["-n1".to_owned(), format!("-c{}", self.shape.cpus())];
+        if self.gpus > 0 {
+            v.push(format!("--gres=gpu:{}", self.gpus));
+        }
+        v
+    }
+
+    /// `srun -O ...` (more tasks than CPUs) as a step inside its own job: `salloc -Q -n1
+    /// -cC [--gres=gpu:G] srun ...`, with C and G taken from the step. An srun that
+    /// creates its own job asks for tasks x CPUs-per-task; 22.05 granted that on a
+    /// 2-CPU node under -O, 24.11 and later keep it pending forever ("Requested node
+    /// configuration is not available"), while an overcommitting step inside a
+    /// one-task allocation runs on every series (measured on 22.05, 24.11, 26.05).
+    /// Other commands are returned unchanged.
+    pub fn in_allocation(&self, argv: &[&str]) -> Vec<String> {
+        let owned = || argv.iter().map(|a| (*a).to_owned()).collect();
+        if argv.first() != Some(&"srun") || !argv.contains(&"-O") {
+            return owned();
+        }
+        let cpus = argv
+            .iter()
+            .find_map(|a| a.strip_prefix("-c").filter(|c| !c.is_empty()))
+            .unwrap_or("1");
+        let mut v = vec![
+            "salloc".to_owned(),
+            "-Q".to_owned(),
+            "-n1".to_owned(),
+            format!("-c{cpus}"),
+        ];
+        if let Some(gres) = argv.iter().find(|a| a.starts_with("--gres=")) {
+            v.push((*gres).to_owned());
+        }
+        v.extend(argv.iter().map(|a| (*a).to_owned()));
+        v
+    }
+
     /// A client command (`srun`, `sbatch`, `scontrol`, ...) bounded by `timeout`, with a
     /// clean environment plus SLURM_CONF, run from the shared `work/` dir.
     pub fn command(&self, argv: &[&str], opts: &ClientOptions) -> Result<Command> {
@@ -563,29 +677,33 @@ impl Cluster {
             .split_first()
             .ok_or_else(|| harness_err!("empty client command"))?;
         let secs = opts.timeout.as_secs().max(1).to_string();
+        let work = self.path.join("work");
         let mut cmd;
         if let Some(user) = &opts.user {
             // runuser first, so `timeout` runs as the user and can signal srun.
-            cmd = Command::new(&self.programs.runuser);
+            cmd = self.series.command(&self.programs.runuser, Some(&work));
             cmd.args(["-u", user, "--"]).arg(&self.programs.timeout);
         } else {
-            cmd = Command::new(&self.programs.timeout);
+            cmd = self.series.command(&self.programs.timeout, Some(&work));
         }
         cmd.args(["-k", "5", &secs])
             .arg(program)
             .args(args)
             .env_clear()
             .env("PATH", CLEAN_PATH)
-            .env("SLURM_CONF", &self.conf)
-            .current_dir(self.path.join("work"));
+            .env("SLURM_CONF", &self.conf);
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
         Ok(cmd)
     }
 
-    /// Run a client command and collect its output.
+    /// Run a client command and collect its output. An overcommitting srun runs inside
+    /// a one-task allocation ([`Self::in_allocation`]).
     pub fn client(&self, argv: &[&str], opts: &ClientOptions) -> Result<StepOutput> {
+        let wrapped = self.in_allocation(argv);
+        let argv: Vec<&str> = wrapped.iter().map(String::as_str).collect();
+        let argv = argv.as_slice();
         let mut cmd = self.command(argv, opts)?;
         let out = cmd.output().context(|| format!("run {}", argv.join(" ")))?;
         let mut command = String::new();
