@@ -609,6 +609,63 @@ impl Cluster {
         write(&self.plugstack, &conf::plugstack_line(plugin, &args))
     }
 
+    /// A slurm.conf for clients only whose plugstack.conf is the cluster's clean plugin
+    /// line (no `extra`), for a plugstack broken only on the node: srun and sbatch read
+    /// PlugStackConfig through their own SLURM_CONF, slurmstepd through slurmd's. Pass it
+    /// as `ClientOptions::env("SLURM_CONF", ..)`.
+    pub fn client_conf_with_clean_plugstack(&self) -> Result<PathBuf> {
+        let plugin = self
+            .plugin_path
+            .as_ref()
+            .ok_or_else(|| harness_err!("this cluster was built without the plugin"))?;
+        let plugstack = self.path.join("client-plugstack.conf");
+        write(&plugstack, &conf::plugstack_line(plugin, &self.plugin_args))?;
+        let text =
+            fs::read_to_string(&self.conf).context(|| format!("read {}", self.conf.display()))?;
+        let text: Vec<String> = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("PlugStackConfig=") {
+                    format!("PlugStackConfig={}", plugstack.display())
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        let client = self.path.join("client.conf");
+        write(&client, &(text.join("\n") + "\n"))?;
+        Ok(client)
+    }
+
+    /// The node's `State=` and `Reason=` as `scontrol show node` prints them.
+    pub fn node_state(&self) -> Result<(String, String)> {
+        let out = self.client(
+            &["scontrol", "-o", "show", "node", &self.node],
+            &ClientOptions::bounded(10),
+        )?;
+        if !out.success() {
+            return Err(harness_err!("scontrol show node failed: {out}"));
+        }
+        let field = |key: &str| {
+            let at = out.stdout.find(&format!(" {key}="))?;
+            let rest = &out.stdout[at + key.len() + 2..];
+            // Reason= runs to the next ` Key=` field (it may contain spaces).
+            let end = rest
+                .match_indices(' ')
+                .find(|(i, _)| {
+                    rest[i + 1..].split_once('=').is_some_and(|(k, _)| {
+                        !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric())
+                    })
+                })
+                .map_or(rest.len(), |(i, _)| i);
+            Some(rest[..end].trim().to_owned())
+        };
+        Ok((
+            field("State").unwrap_or_default(),
+            field("Reason").unwrap_or_default(),
+        ))
+    }
+
     /// The node as slurmctld knows it.
     pub fn shape(&self) -> &NodeShape {
         &self.shape
