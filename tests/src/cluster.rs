@@ -50,6 +50,7 @@ pub struct ClusterBuilder {
     slurmd_debug: String,
     /// `None`: [`crate::series::SERIES_ENV`], else this machine's own Slurm.
     series: Option<String>,
+    contain_spank: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -77,7 +78,16 @@ impl ClusterBuilder {
             sysfs: None,
             slurmd_debug: "info".to_owned(),
             series: None,
+            contain_spank: false,
         }
+    }
+
+    /// `SlurmdParameters=contain_spank` with a tmpfs job container (Slurm 24.05+; an
+    /// older series fails to start, so callers check [`Cluster::slurm_at_least`] first
+    /// via [`SlurmSeries`]).
+    pub fn contain_spank(mut self) -> Self {
+        self.contain_spank = true;
+        self
     }
 
     /// Run this Slurm series (`22.05`, `24.11`, `26.05`) instead of the one
@@ -197,6 +207,8 @@ pub struct Cluster {
     shape: NodeShape,
     /// munged, slurmctld, slurmd: stopped in reverse.
     daemons: Vec<Daemon>,
+    /// The tmpfs job containers' base dir (as seen from here), removed after the daemons.
+    container_base: Option<PathBuf>,
     _lock: ClusterLock,
 }
 
@@ -243,6 +255,7 @@ impl Cluster {
                 threads_per_core: 1,
             },
             daemons: Vec::new(),
+            container_base: None,
             _lock: lock,
         };
         cluster.version = cluster.slurmd_version()?;
@@ -305,6 +318,9 @@ impl Cluster {
             task_plugin: b.task_plugin,
             gpus: b.gpus,
             slurmd_debug: &b.slurmd_debug,
+            contain_spank: b
+                .contain_spank
+                .then_some((cluster.version.0, cluster.version.1)),
         }
         .render();
         write(&cluster.conf, &slurm_conf)?;
@@ -312,6 +328,33 @@ impl Cluster {
             &cluster.path.join("gres.conf"),
             &conf::gres_conf(&cluster.node, &cluster.path.join("dev"), b.gpus),
         )?;
+        if b.contain_spank {
+            // Inside a root, on the root's own filesystem: 26.05's namespace/tmpfs
+            // cannot bind its namespace holder under the /tmp bind mount ("ns base
+            // mount failed: Invalid argument", measured); 24.11 can, either way.
+            let (base, on_host) = match &cluster.series.root {
+                Some(root) => {
+                    let name = cluster
+                        .path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let inside = PathBuf::from("/var/lib/gpu-affinity-containers").join(name);
+                    let on_host = root.dir().join(inside.strip_prefix("/").unwrap_or(&inside));
+                    (inside, on_host)
+                }
+                None => {
+                    let base = cluster.path.join("containers");
+                    (base.clone(), base)
+                }
+            };
+            mkdir(&on_host, 0o755)?;
+            cluster.container_base = Some(on_host);
+            write(
+                &cluster.path.join("job_container.conf"),
+                &conf::job_container_conf(&base),
+            )?;
+        }
         write(
             &cluster.path.join("cgroup.conf"),
             &conf::cgroup_conf(b.task_plugin),
@@ -937,6 +980,9 @@ impl Drop for Cluster {
         // slurmd before slurmctld (else slurmd keeps retrying and needs SIGKILL), munged last.
         while let Some(mut d) = self.daemons.pop() {
             d.stop(STOP_GRACE);
+        }
+        if let Some(base) = self.container_base.take() {
+            let _ = fs::remove_dir_all(base);
         }
         if std::env::var_os(KEEP_ENV).is_some()
             && let Some(dir) = self.dir.take()

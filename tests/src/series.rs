@@ -191,6 +191,15 @@ impl Root {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
+            // The root a mount point of its own: Slurm's tmpfs job container makes "/"
+            // private again inside the chroot, which fails (EINVAL) on a plain directory.
+            check(libc::mount(
+                self.c_dir.as_ptr(),
+                self.c_dir.as_ptr(),
+                null,
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ))?;
             check(libc::mount(
                 c"proc".as_ptr(),
                 self.c_proc.as_ptr(),
