@@ -579,6 +579,11 @@ impl Cluster {
         &self.series.name
     }
 
+    /// The Debian root this series' daemons run from; `None` for the machine's own.
+    pub fn series_root(&self) -> Option<&Path> {
+        self.series.root.as_ref().map(|r| r.dir())
+    }
+
     /// The running Slurm's (major, minor, patch), from `slurmd -V`.
     pub fn slurm_version(&self) -> (u32, u32, u32) {
         self.version
