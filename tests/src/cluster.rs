@@ -16,6 +16,7 @@ use crate::lock::ClusterLock;
 use crate::plugin::{self, Variant};
 use crate::prereq::{self, Programs};
 use crate::report::{PROBE, StepOutput};
+use crate::series::SlurmSeries;
 use crate::{harness_err, ports};
 
 /// Character-device major number of /dev/nvidiaN.
@@ -51,6 +52,9 @@ pub struct ClusterBuilder {
     plugin: Option<PluginSetup>,
     sysfs: Option<SysfsSource>,
     slurmd_debug: String,
+    /// `None`: [`crate::series::SERIES_ENV`], else this machine's own Slurm.
+    series: Option<String>,
+    contain_spank: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -79,7 +83,24 @@ impl ClusterBuilder {
             plugin: None,
             sysfs: None,
             slurmd_debug: "info".to_owned(),
+            series: None,
+            contain_spank: false,
         }
+    }
+
+    /// `SlurmdParameters=contain_spank` with a tmpfs job container (Slurm 24.05+; an
+    /// older series fails to start, so callers check [`Cluster::slurm_at_least`] first
+    /// via [`SlurmSeries`]).
+    pub fn contain_spank(mut self) -> Self {
+        self.contain_spank = true;
+        self
+    }
+
+    /// Run this Slurm series (`22.05`, `24.11`, `26.05`) instead of the one
+    /// `GPU_AFFINITY_SLURM_SERIES` selects (see [`crate::series`]).
+    pub fn slurm_series(mut self, series: &str) -> Self {
+        self.series = Some(series.to_owned());
+        self
     }
 
     pub fn task_plugin(mut self, task_plugin: TaskPlugin) -> Self {
@@ -168,8 +189,12 @@ impl ClusterBuilder {
 
     /// Start the cluster; a missing prerequisite is an error saying what to install.
     pub fn start(self) -> Result<Cluster> {
-        let programs = prereq::check()?;
-        Cluster::start(self, programs)
+        let series = match &self.series {
+            Some(name) => SlurmSeries::named(name)?,
+            None => SlurmSeries::from_env()?,
+        };
+        let programs = prereq::check_in(series.prefix())?;
+        Cluster::start(self, programs, series)
     }
 
     /// Like [`Self::start`], but `None` (with a note on stderr) when the developer set
@@ -190,6 +215,9 @@ impl ClusterBuilder {
 /// and removes its directory.
 pub struct Cluster {
     programs: Programs,
+    series: SlurmSeries,
+    /// `slurmd -V` of the running series: (major, minor, patch).
+    version: (u32, u32, u32),
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
     conf: PathBuf,
@@ -203,11 +231,13 @@ pub struct Cluster {
     shape: NodeShape,
     /// munged, slurmctld, slurmd: stopped in reverse.
     daemons: Vec<Daemon>,
+    /// The tmpfs job containers' base dir (as seen from here), removed after the daemons.
+    container_base: Option<PathBuf>,
     _lock: ClusterLock,
 }
 
 impl Cluster {
-    fn start(b: ClusterBuilder, programs: Programs) -> Result<Self> {
+    fn start(b: ClusterBuilder, programs: Programs, series: SlurmSeries) -> Result<Self> {
         let lock = ClusterLock::acquire()?;
         let dir = tempfile::Builder::new()
             .prefix("gpu-affinity-cluster.")
@@ -238,6 +268,8 @@ impl Cluster {
         mkdir(&path.join("spool").join(&node), 0o755)?;
         let mut cluster = Cluster {
             programs,
+            series,
+            version: (0, 0, 0),
             dir: Some(dir),
             conf: path.join("slurm.conf"),
             plugstack: path.join("plugstack.conf"),
@@ -254,8 +286,10 @@ impl Cluster {
                 threads_per_core: 1,
             },
             daemons: Vec::new(),
+            container_base: None,
             _lock: lock,
         };
+        cluster.version = cluster.slurmd_version()?;
         cluster.start_munge()?;
         cluster.make_fake_gpus()?;
         cluster.sysfs_root = match b.sysfs {
@@ -270,7 +304,11 @@ impl Cluster {
         if let Some(setup) = &b.plugin {
             // A private copy: a rebuild during the test cannot swap the library under
             // a running slurmstepd, and user nobody's srun can read it.
-            let built = plugin::plugin(setup.variant)?;
+            let built = if cluster.series.explicit {
+                plugin::plugin_for_series(setup.variant, &cluster.series.name)?
+            } else {
+                plugin::plugin(setup.variant)?
+            };
             let copy = cluster.path.join("lib/gpu_affinity.so");
             fs::copy(&built, &copy)
                 .context(|| format!("copy {} to {}", built.display(), copy.display()))?;
@@ -317,6 +355,9 @@ impl Cluster {
             gpus: conf::gres_count(&gres),
             gres_types: b.gres_types,
             slurmd_debug: &b.slurmd_debug,
+            contain_spank: b
+                .contain_spank
+                .then_some((cluster.version.0, cluster.version.1)),
         }
         .render();
         write(&cluster.conf, &slurm_conf)?;
@@ -324,6 +365,33 @@ impl Cluster {
             &cluster.path.join("gres.conf"),
             &conf::gres_conf(&cluster.node, &cluster.path.join("dev"), &gres),
         )?;
+        if b.contain_spank {
+            // Inside a root, on the root's own filesystem: 26.05's namespace/tmpfs
+            // cannot bind its namespace holder under the /tmp bind mount ("ns base
+            // mount failed: Invalid argument", measured); 24.11 can, either way.
+            let (base, on_host) = match &cluster.series.root {
+                Some(root) => {
+                    let name = cluster
+                        .path
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let inside = PathBuf::from("/var/lib/gpu-affinity-containers").join(name);
+                    let on_host = root.dir().join(inside.strip_prefix("/").unwrap_or(&inside));
+                    (inside, on_host)
+                }
+                None => {
+                    let base = cluster.path.join("containers");
+                    (base.clone(), base)
+                }
+            };
+            mkdir(&on_host, 0o755)?;
+            cluster.container_base = Some(on_host);
+            write(
+                &cluster.path.join("job_container.conf"),
+                &conf::job_container_conf(&base),
+            )?;
+        }
         write(
             &cluster.path.join("cgroup.conf"),
             &conf::cgroup_conf(b.task_plugin),
@@ -335,7 +403,11 @@ impl Cluster {
 
     fn start_munge(&mut self) -> Result<()> {
         let key = self.path.join("munge/munge.key");
-        let out = Command::new(&self.programs.mungekey)
+        let out = self
+            .series
+            .command(&self.programs.timeout, None)
+            .args(["-k", "5", "20"])
+            .arg(&self.programs.mungekey)
             .arg("--create")
             .arg(format!("--keyfile={}", key.display()))
             .output()
@@ -348,7 +420,7 @@ impl Cluster {
         }
         set_mode(&key, 0o400)?;
         let socket = self.path.join("munge/munge.socket");
-        let mut cmd = Command::new(&self.programs.munged);
+        let mut cmd = self.series.command(&self.programs.munged, None);
         cmd.env_clear()
             .env("PATH", CLEAN_PATH)
             .arg("-F")
@@ -390,7 +462,9 @@ impl Cluster {
     }
 
     fn real_shape(&self) -> Result<NodeShape> {
-        let out = Command::new(&self.programs.timeout)
+        let out = self
+            .series
+            .command(&self.programs.timeout, None)
             .args(["-k", "5", "20"])
             .arg(&self.programs.slurmd)
             .arg("-C")
@@ -403,15 +477,42 @@ impl Cluster {
             .ok_or_else(|| harness_err!("cannot read the node shape from `slurmd -C`: {text:?}"))
     }
 
+    /// `slurmd -V` ("slurm 24.11.5") of the series this cluster runs.
+    fn slurmd_version(&self) -> Result<(u32, u32, u32)> {
+        let out = self
+            .series
+            .command(&self.programs.timeout, None)
+            .args(["-k", "5", "20"])
+            .arg(&self.programs.slurmd)
+            .arg("-V")
+            .env_clear()
+            .env("PATH", CLEAN_PATH)
+            .output()
+            .context(|| "run slurmd -V".to_owned())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().ok());
+        match (parts.next().flatten(), parts.next().flatten(), parts.next()) {
+            (Some(major), Some(minor), patch) => Ok((major, minor, patch.flatten().unwrap_or(0))),
+            _ => Err(harness_err!(
+                "cannot read the Slurm version from `slurmd -V`: {text:?}"
+            )),
+        }
+    }
+
     fn start_slurm(&mut self) -> Result<()> {
-        let mut ctld = Command::new(&self.programs.slurmctld);
+        let mut ctld = self.series.command(&self.programs.slurmctld, None);
         ctld.env_clear()
             .env("PATH", CLEAN_PATH)
             .args(["-D", "-i", "-f"])
             .arg(&self.conf);
         let ctld = Daemon::spawn("slurmctld", ctld, &self.path.join("log/slurmctld.out"))?;
         self.daemons.push(ctld);
-        let mut slurmd = Command::new(&self.programs.slurmd);
+        let mut slurmd = self.series.command(&self.programs.slurmd, None);
         slurmd
             .env_clear()
             .env("PATH", CLEAN_PATH)
@@ -510,6 +611,26 @@ impl Cluster {
         &self.conf
     }
 
+    /// The Slurm series this cluster runs (`22.05`, `24.11`, `26.05`).
+    pub fn series(&self) -> &str {
+        &self.series.name
+    }
+
+    /// The Debian root this series' daemons run from; `None` for the machine's own.
+    pub fn series_root(&self) -> Option<&Path> {
+        self.series.root.as_ref().map(|r| r.dir())
+    }
+
+    /// The running Slurm's (major, minor, patch), from `slurmd -V`.
+    pub fn slurm_version(&self) -> (u32, u32, u32) {
+        self.version
+    }
+
+    /// True when the running Slurm is `major.minor` or newer.
+    pub fn slurm_at_least(&self, major: u32, minor: u32) -> bool {
+        (self.version.0, self.version.1) >= (major, minor)
+    }
+
     /// The node's name (this machine's short hostname).
     pub fn node(&self) -> &str {
         &self.node
@@ -587,6 +708,63 @@ impl Cluster {
         write(&self.plugstack, &conf::plugstack_line(plugin, &args))
     }
 
+    /// A slurm.conf for clients only whose plugstack.conf is the cluster's clean plugin
+    /// line (no `extra`), for a plugstack broken only on the node: srun and sbatch read
+    /// PlugStackConfig through their own SLURM_CONF, slurmstepd through slurmd's. Pass it
+    /// as `ClientOptions::env("SLURM_CONF", ..)`.
+    pub fn client_conf_with_clean_plugstack(&self) -> Result<PathBuf> {
+        let plugin = self
+            .plugin_path
+            .as_ref()
+            .ok_or_else(|| harness_err!("this cluster was built without the plugin"))?;
+        let plugstack = self.path.join("client-plugstack.conf");
+        write(&plugstack, &conf::plugstack_line(plugin, &self.plugin_args))?;
+        let text =
+            fs::read_to_string(&self.conf).context(|| format!("read {}", self.conf.display()))?;
+        let text: Vec<String> = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("PlugStackConfig=") {
+                    format!("PlugStackConfig={}", plugstack.display())
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect();
+        let client = self.path.join("client.conf");
+        write(&client, &(text.join("\n") + "\n"))?;
+        Ok(client)
+    }
+
+    /// The node's `State=` and `Reason=` as `scontrol show node` prints them.
+    pub fn node_state(&self) -> Result<(String, String)> {
+        let out = self.client(
+            &["scontrol", "-o", "show", "node", &self.node],
+            &ClientOptions::bounded(10),
+        )?;
+        if !out.success() {
+            return Err(harness_err!("scontrol show node failed: {out}"));
+        }
+        let field = |key: &str| {
+            let at = out.stdout.find(&format!(" {key}="))?;
+            let rest = &out.stdout[at + key.len() + 2..];
+            // Reason= runs to the next ` Key=` field (it may contain spaces).
+            let end = rest
+                .match_indices(' ')
+                .find(|(i, _)| {
+                    rest[i + 1..].split_once('=').is_some_and(|(k, _)| {
+                        !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric())
+                    })
+                })
+                .map_or(rest.len(), |(i, _)| i);
+            Some(rest[..end].trim().to_owned())
+        };
+        Ok((
+            field("State").unwrap_or_default(),
+            field("Reason").unwrap_or_default(),
+        ))
+    }
+
     /// The node as slurmctld knows it.
     pub fn shape(&self) -> &NodeShape {
         &self.shape
@@ -608,6 +786,47 @@ impl Cluster {
         v
     }
 
+    /// The job-level request for a whole-node job: one task holding every CPU and GPU.
+    /// Valid on every series, unlike letting an overcommitting step size its own job
+    /// (see [`Self::in_allocation`]); sbatch of a script running [`Self::whole_node`]
+    /// steps uses this.
+    pub fn whole_node_allocation(&self) -> Vec<String> {
+        let mut v = vec!["-n1".to_owned(), format!("-c{}", self.shape.cpus())];
+        if self.gpus > 0 {
+            v.push(format!("--gres=gpu:{}", self.gpus));
+        }
+        v
+    }
+
+    /// `srun -O ...` (more tasks than CPUs) as a step inside its own job: `salloc -Q -n1
+    /// -cC [--gres=gpu:G] srun ...`, with C and G taken from the step. An srun that
+    /// creates its own job asks for tasks x CPUs-per-task; 22.05 granted that on a
+    /// 2-CPU node under -O, 24.11 and later keep it pending forever ("Requested node
+    /// configuration is not available"), while an overcommitting step inside a
+    /// one-task allocation runs on every series (measured on 22.05, 24.11, 26.05).
+    /// Other commands are returned unchanged.
+    pub fn in_allocation(&self, argv: &[&str]) -> Vec<String> {
+        let owned = || argv.iter().map(|a| (*a).to_owned()).collect();
+        if argv.first() != Some(&"srun") || !argv.contains(&"-O") {
+            return owned();
+        }
+        let cpus = argv
+            .iter()
+            .find_map(|a| a.strip_prefix("-c").filter(|c| !c.is_empty()))
+            .unwrap_or("1");
+        let mut v = vec![
+            "salloc".to_owned(),
+            "-Q".to_owned(),
+            "-n1".to_owned(),
+            format!("-c{cpus}"),
+        ];
+        if let Some(gres) = argv.iter().find(|a| a.starts_with("--gres=")) {
+            v.push((*gres).to_owned());
+        }
+        v.extend(argv.iter().map(|a| (*a).to_owned()));
+        v
+    }
+
     /// A client command (`srun`, `sbatch`, `scontrol`, ...) bounded by `timeout`, with a
     /// clean environment plus SLURM_CONF, run from the shared `work/` dir.
     pub fn command(&self, argv: &[&str], opts: &ClientOptions) -> Result<Command> {
@@ -615,29 +834,33 @@ impl Cluster {
             .split_first()
             .ok_or_else(|| harness_err!("empty client command"))?;
         let secs = opts.timeout.as_secs().max(1).to_string();
+        let work = self.path.join("work");
         let mut cmd;
         if let Some(user) = &opts.user {
             // runuser first, so `timeout` runs as the user and can signal srun.
-            cmd = Command::new(&self.programs.runuser);
+            cmd = self.series.command(&self.programs.runuser, Some(&work));
             cmd.args(["-u", user, "--"]).arg(&self.programs.timeout);
         } else {
-            cmd = Command::new(&self.programs.timeout);
+            cmd = self.series.command(&self.programs.timeout, Some(&work));
         }
         cmd.args(["-k", "5", &secs])
             .arg(program)
             .args(args)
             .env_clear()
             .env("PATH", CLEAN_PATH)
-            .env("SLURM_CONF", &self.conf)
-            .current_dir(self.path.join("work"));
+            .env("SLURM_CONF", &self.conf);
         for (k, v) in &opts.env {
             cmd.env(k, v);
         }
         Ok(cmd)
     }
 
-    /// Run a client command and collect its output.
+    /// Run a client command and collect its output. An overcommitting srun runs inside
+    /// a one-task allocation ([`Self::in_allocation`]).
     pub fn client(&self, argv: &[&str], opts: &ClientOptions) -> Result<StepOutput> {
+        let wrapped = self.in_allocation(argv);
+        let argv: Vec<&str> = wrapped.iter().map(String::as_str).collect();
+        let argv = argv.as_slice();
         let mut cmd = self.command(argv, opts)?;
         let out = cmd.output().context(|| format!("run {}", argv.join(" ")))?;
         let mut command = String::new();
@@ -814,6 +1037,9 @@ impl Drop for Cluster {
         // slurmd before slurmctld (else slurmd keeps retrying and needs SIGKILL), munged last.
         while let Some(mut d) = self.daemons.pop() {
             d.stop(STOP_GRACE);
+        }
+        if let Some(base) = self.container_base.take() {
+            let _ = fs::remove_dir_all(base);
         }
         if std::env::var_os(KEEP_ENV).is_some()
             && let Some(dir) = self.dir.take()

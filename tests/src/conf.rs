@@ -103,6 +103,9 @@ pub struct SlurmConf<'a> {
     pub gres_types: bool,
     /// SlurmdDebug level; `verbose` makes the plugin's per-step summary visible in slurmd.log.
     pub slurmd_debug: &'a str,
+    /// `SlurmdParameters=contain_spank` (24.05+) with a tmpfs job container, for a
+    /// Slurm of this (major, minor); `None` for no container.
+    pub contain_spank: Option<(u32, u32)>,
 }
 
 impl SlurmConf<'_> {
@@ -153,8 +156,24 @@ impl SlurmConf<'_> {
         line("KillWait=2".into());
         line("MinJobAge=2".into());
         line(format!("PlugStackConfig={}", self.plugstack.display()));
+        let mut slurmd_params = Vec::new();
         if matches!(self.shape, NodeShape::Emulated { .. }) {
-            line("SlurmdParameters=config_overrides".into());
+            slurmd_params.push("config_overrides");
+        }
+        if let Some(version) = self.contain_spank {
+            // user_init, task_post_fork and task_exit then run inside the job's
+            // namespace. The tmpfs container needs PrologFlags=Contain; 25.11 renamed
+            // JobContainerType to NamespaceType (the old name is deprecated).
+            slurmd_params.push("contain_spank");
+            line("PrologFlags=Contain".into());
+            if version >= (25, 11) {
+                line("NamespaceType=namespace/tmpfs".into());
+            } else {
+                line("JobContainerType=job_container/tmpfs".into());
+            }
+        }
+        if !slurmd_params.is_empty() {
+            line(format!("SlurmdParameters={}", slurmd_params.join(",")));
         }
         let gres = if self.gpus > 0 {
             format!(" Gres=gpu:{}", self.gpus)
@@ -269,6 +288,16 @@ pub fn gres_conf(node: &str, dev_dir: &Path, lines: &[GresLine]) -> String {
     s
 }
 
+/// job_container.conf for the tmpfs container: a private /dev/shm per job under
+/// `base`. /tmp stays shared (`Dirs=`), since the cluster dir, its probe and the sysfs
+/// fixture live there and the tasks must reach the probe.
+pub fn job_container_conf(base: &Path) -> String {
+    format!(
+        "AutoBasePath=true\nBasePath={}\nDirs=/dev/shm\n",
+        base.display()
+    )
+}
+
 /// cgroup.conf (read next to slurm.conf); only the cgroup plugins use it.
 pub fn cgroup_conf(task_plugin: TaskPlugin) -> String {
     let mut s = String::from("CgroupPlugin=autodetect\nCgroupMountpoint=/sys/fs/cgroup\n");
@@ -321,6 +350,7 @@ mod tests {
             gpus: 8,
             gres_types: true,
             slurmd_debug: "info",
+            contain_spank: None,
         }
         .render()
     }

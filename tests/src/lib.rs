@@ -20,9 +20,11 @@ pub mod plugin;
 pub mod ports;
 pub mod prereq;
 pub mod report;
+pub mod series;
 
 pub use cluster::{BatchJob, ClientOptions, Cluster, ClusterBuilder};
 pub use conf::{GresLine, GresNode, NodeShape, TaskPlugin};
 pub use error::{HarnessError, Result};
 pub use plugin::Variant;
 pub use report::{StepOutput, TaskReport};
+pub use series::SlurmSeries;

@@ -51,6 +51,74 @@ fn cargo() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("cargo"))
 }
 
+/// How long `scripts/build-plugins` may take for one series (a cold build of every
+/// dependency on a 2-core machine included).
+const BUILD_PLUGINS_TIMEOUT_S: &str = "1500";
+
+/// The plugin for `variant` built for Slurm `series`: `scripts/build-plugins`'s output
+/// for that series (`target/plugins/[debug/|panic-test/]slurm-X.Y/gpu_affinity.so`),
+/// rebuilt first so a test never loads a stale library (cargo's fingerprints make that
+/// cheap when nothing changed). `GPU_AFFINITY_PLUGIN` still wins.
+pub fn plugin_for_series(variant: Variant, series: &str) -> Result<PathBuf> {
+    static BUILT: OnceLock<std::sync::RwLock<Vec<(Variant, String, PathBuf)>>> = OnceLock::new();
+    let cache = BUILT.get_or_init(Default::default);
+    if let Ok(done) = cache.read()
+        && let Some((_, _, p)) = done.iter().find(|(v, s, _)| *v == variant && s == series)
+    {
+        return Ok(p.clone());
+    }
+    let path = build_for_series(variant, series)?;
+    if let Ok(mut done) = cache.write() {
+        done.push((variant, series.to_owned(), path.clone()));
+    }
+    Ok(path)
+}
+
+fn build_for_series(variant: Variant, series: &str) -> Result<PathBuf> {
+    let override_env = match variant {
+        Variant::Debug | Variant::Release => PLUGIN_ENV,
+        Variant::PanicTest => PANIC_PLUGIN_ENV,
+    };
+    if let Some(path) = std::env::var_os(override_env).map(PathBuf::from) {
+        return Ok(path);
+    }
+    let plugins = target_dir().join("plugins");
+    let mut cmd = Command::new("timeout");
+    cmd.current_dir(workspace_root())
+        .args(["-k", "10", BUILD_PLUGINS_TIMEOUT_S])
+        .arg(workspace_root().join("scripts/build-plugins"))
+        .args(["--series", series]);
+    let dir = match variant {
+        Variant::Debug => {
+            cmd.args(["--profile", "debug"]);
+            plugins.join("debug")
+        }
+        Variant::Release => plugins,
+        Variant::PanicTest => {
+            cmd.args(["--profile", "debug", "--panic-test"]);
+            plugins.join("panic-test")
+        }
+    };
+    let built = dir.join(format!("slurm-{series}")).join("gpu_affinity.so");
+    let out = cmd
+        .output()
+        .context(|| "run scripts/build-plugins".to_owned())?;
+    if !out.status.success() {
+        return Err(HarnessError(format!(
+            "scripts/build-plugins --series {series} ({variant:?}) failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    if !built.is_file() {
+        return Err(harness_err!(
+            "scripts/build-plugins ran but {} does not exist",
+            built.display()
+        ));
+    }
+    Ok(built)
+}
+
 /// The plugin for `variant`, built if needed.
 pub fn plugin(variant: Variant) -> Result<PathBuf> {
     static DEBUG: OnceLock<Result<PathBuf>> = OnceLock::new();

@@ -97,6 +97,21 @@ pub fn check_with(lookup: impl Fn(&str) -> Option<PathBuf>, is_root: bool) -> Re
     }
 }
 
+/// [`check`] for the programs of a Debian root at `prefix`: each is looked for under
+/// `prefix` and named by its path inside the root (where it will be run).
+pub fn check_in(prefix: &Path) -> Result<Programs> {
+    if prefix == Path::new("/") {
+        return check();
+    }
+    let lookup = |name: &str| {
+        EXTRA_DIRS
+            .iter()
+            .map(|dir| Path::new(dir).join(name))
+            .find(|p| is_executable(&prefix.join(p.strip_prefix("/").unwrap_or(p))))
+    };
+    check_with(lookup, nix::unistd::geteuid().is_root())
+}
+
 /// `name` on `$PATH` or in the usual system directories.
 pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();

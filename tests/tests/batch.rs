@@ -29,7 +29,7 @@ fn sbatch_with_the_env_twin_binds_its_steps() {
     let Some(cluster) = start("sbatch_env_twin", &m, ClusterBuilder::new()) else {
         return;
     };
-    let alloc = cluster.whole_node(8);
+    let alloc = cluster.whole_node_allocation();
     let alloc: Vec<&str> = alloc.iter().map(String::as_str).collect();
     let opts = ClientOptions::default().env("SLURM_GPU_AFFINITY", "strict");
     let job = cluster
@@ -46,7 +46,7 @@ fn sbatch_option_reaches_the_steps() {
         return;
     };
     let mut alloc = vec!["--gpu-affinity=prefer".to_owned()];
-    alloc.extend(cluster.whole_node(8));
+    alloc.extend(cluster.whole_node_allocation());
     let alloc: Vec<&str> = alloc.iter().map(String::as_str).collect();
     let job = cluster
         .sbatch(&batch_script(&cluster), &alloc, &ClientOptions::default())

@@ -23,6 +23,14 @@ fn plain_cluster_runs_steps_with_fake_gpus_and_stops_cleanly() {
         assert!(t.gpu_affinity_env().is_empty(), "no plugin loaded: {out}");
         assert_eq!(t.user, "root");
     }
+    // The daemons are the series asked for (GPU_AFFINITY_SLURM_SERIES), not the host's.
+    let (major, minor, _) = cluster.slurm_version();
+    assert_eq!(format!("{major}.{minor:02}"), cluster.series());
+    if let Ok(wanted) = std::env::var(gpu_affinity_tests::series::SERIES_ENV)
+        && !wanted.is_empty()
+    {
+        assert_eq!(cluster.series(), wanted);
+    }
     let pids: Vec<u32> = cluster.daemon_pids().iter().map(|(_, p)| *p).collect();
     assert_eq!(pids.len(), 3);
     assert!(cluster.daemons_alive());

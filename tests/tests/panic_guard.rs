@@ -33,11 +33,21 @@ fn a_panic_in_any_hook_fails_cleanly_and_the_next_step_runs() {
             "panic in {hook} aborted a process: {out}"
         );
         // The guard caught the panic and logged its message (the trigger's own text).
-        let log = cluster.log("slurmd.log");
-        assert!(
-            log.get(log_before..)
+        // slurmstepd runs slurm_spank_exit after srun has its tasks' results, so the
+        // line may land a moment after srun returns (seen on a loaded 2-core machine
+        // with 24.11): wait for it, bounded.
+        let logged = |c: &gpu_affinity_tests::Cluster| {
+            c.log("slurmd.log")
+                .get(log_before..)
                 .unwrap_or_default()
-                .contains(&format!("test_panic={hook}")),
+                .contains(&format!("test_panic={hook}"))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !logged(&cluster) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(
+            logged(&cluster),
             "no logged panic for {hook}{}",
             cluster.log_tails()
         );
@@ -55,12 +65,21 @@ fn a_panic_in_any_hook_fails_cleanly_and_the_next_step_runs() {
                 "panic in {hook}: no failure on srun's stderr: {out}"
             );
         }
-        if *hook == "task_init" {
-            assert!(
-                !out.success(),
-                "a panic in task_init must fail the step: {out}"
-            );
-        }
+        // srun's exit code, per series: a failed task_init fails the step everywhere;
+        // init, init_post_opt and user_init failures exit 0 on 22.05 and 1 from 23.11
+        // on (measured on 22.05, 24.11, 26.05); exit runs after a successful step.
+        let expected = match *hook {
+            "exit" => 0,
+            "task_init" => 1,
+            _ if cluster.slurm_at_least(23, 11) => 1,
+            _ => 0,
+        };
+        assert_eq!(
+            out.code(),
+            Some(expected),
+            "panic in {hook} on Slurm {}: {out}",
+            cluster.series()
+        );
         assert!(
             cluster.daemons_alive(),
             "panic in {hook} took a daemon down{}",

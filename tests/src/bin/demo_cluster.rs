@@ -24,15 +24,19 @@ struct Args {
     machine: String,
     mode: String,
     emulate: bool,
+    /// `None`: GPU_AFFINITY_SLURM_SERIES, else this machine's own Slurm.
+    slurm: Option<String>,
 }
 
-const USAGE: &str = "usage: demo-cluster [--machine NAME | --machine-file FILE.toml] [--mode strict|prefer|off] [--emulate]
+const USAGE: &str = "usage: demo-cluster [--machine NAME | --machine-file FILE.toml] [--mode strict|prefer|off] [--emulate] [--slurm SERIES]
 
 Starts a throwaway one-node Slurm cluster (munge, slurmctld, slurmd in a temp dir) whose
 node has the topology of a catalog machine, runs one task per GPU with
 `srun --gpu-affinity=MODE`, prints each rank's binding, and stops the cluster.
 --emulate reports the machine's full CPU count to Slurm instead of folding its NUMA
 nodes onto this machine's CPUs (use with --mode prefer: the CPUs do not exist here).
+--slurm SERIES runs that Slurm series' daemons (22.05 here; 24.11 and 26.05 from
+Debian roots made by scripts/slurm-root) with the plugin built for it.
 Runs as root; needs slurmctld, slurmd, slurm-client and munge (scripts/setup-debian).";
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -40,6 +44,7 @@ fn parse_args() -> std::result::Result<Args, String> {
         machine: fixture::DEFAULT_MACHINE.to_owned(),
         mode: "strict".to_owned(),
         emulate: false,
+        slurm: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -50,6 +55,7 @@ fn parse_args() -> std::result::Result<Args, String> {
             }
             "--mode" => args.mode = it.next().ok_or("--mode needs strict, prefer or off")?,
             "--emulate" => args.emulate = true,
+            "--slurm" => args.slurm = Some(it.next().ok_or("--slurm needs a series, e.g. 24.11")?),
             "--fold" => args.emulate = false,
             "-h" | "--help" => {
                 return Err(String::new());
@@ -129,21 +135,41 @@ fn run(args: &Args) -> Result<bool> {
     println!("   {how}");
     print!("== starting munged, slurmctld, slurmd ... ");
     let started = std::time::Instant::now();
+    let builder = match &args.slurm {
+        Some(series) => builder.slurm_series(series),
+        None => builder,
+    };
     let cluster = builder.machine(machine).with_plugin().start()?;
     println!(
         "up in {:.1} s ({})",
         started.elapsed().as_secs_f64(),
         cluster.dir().display()
     );
+    let (major, minor, patch) = cluster.slurm_version();
+    println!(
+        "   Slurm {major}.{minor:02}.{patch} ({}), plugin {}",
+        if cluster.series_root().is_some() {
+            "daemons from its Debian root"
+        } else {
+            "this machine's own daemons"
+        },
+        cluster
+            .plugin_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
 
     let mut srun: Vec<String> = vec![format!("--gpu-affinity={}", args.mode)];
     srun.extend(cluster.whole_node(gpus));
-    println!("== srun {} <probe>", srun.join(" "));
+    // As it runs: an overcommitting step inside a one-task job (valid on every series).
+    let mut shown = vec!["srun"];
+    shown.extend(srun.iter().map(String::as_str));
+    println!("== {} <probe>", cluster.in_allocation(&shown).join(" "));
     let srun: Vec<&str> = srun.iter().map(String::as_str).collect();
     let out = cluster.probe(&srun, &ClientOptions::default())?;
     let ok = print_bindings(&out, &full)?;
     drop(cluster);
-    println!("== cluster stopped");
+    println!("== cluster stopped (Slurm {major}.{minor:02}.{patch})");
     Ok(ok)
 }
 
