@@ -822,6 +822,17 @@ impl Cluster {
         ];
         if let Some(gres) = argv.iter().find(|a| a.starts_with("--gres=")) {
             v.push((*gres).to_owned());
+        } else if let Some(per_task) = argv
+            .iter()
+            .find_map(|a| a.strip_prefix("--gpus-per-task="))
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            // The one-task allocation must hold every task's GPUs: per task x tasks.
+            let tasks = argv
+                .iter()
+                .find_map(|a| a.strip_prefix("-n").and_then(|n| n.parse::<u32>().ok()))
+                .unwrap_or(1);
+            v.push(format!("--gres=gpu:{}", per_task * tasks));
         }
         v.extend(argv.iter().map(|a| (*a).to_owned()));
         v
