@@ -339,6 +339,14 @@ fn write_atomic(path: &Path, temp_dir: &Path, text: &str, mode: u32) -> Result<(
     Ok(())
 }
 
+/// Replace plugstack.conf; a linked one (shared config trees) is written where it really
+/// is, so the link and the share survive.
+fn write_conf(conf: &Path, text: &str) -> Result<(), CliError> {
+    let real = fs::canonicalize(conf).unwrap_or_else(|_| conf.to_path_buf());
+    let dir = real.parent().unwrap_or(Path::new("/"));
+    write_atomic(&real, dir, text, 0o644)
+}
+
 fn symlink_atomic(link: &Path, target: &Path) -> Result<(), CliError> {
     let dir = link.parent().unwrap_or(Path::new("/"));
     let tmp = dir.join(".gpu_affinity.so.new");
@@ -505,9 +513,15 @@ pub fn install(args: &Args) -> Result<(), CliError> {
     } else {
         out.did(format!("write {}", snippet.display()));
         if !args.dry_run {
-            // The temp file goes in the include dir's parent, never in the include dir.
-            let temp_dir = dir.parent().unwrap_or(Path::new("/"));
-            write_atomic(&snippet, temp_dir, &text, 0o644)?;
+            // The temp file goes in the include dir's parent, never in the include dir;
+            // through a linked config dir (CycleCloud's /etc/slurm -> /sched/<cluster>) that
+            // is the real dir's parent, so the rename stays on one filesystem.
+            let real_dir = fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
+            let temp_dir = real_dir.parent().unwrap_or(Path::new("/"));
+            let target = snippet
+                .file_name()
+                .map_or(snippet.clone(), |n| real_dir.join(n));
+            write_atomic(&target, temp_dir, &text, 0o644)?;
         }
     }
     record.snippet.clone_from(&snippet);
@@ -545,7 +559,7 @@ pub fn install(args: &Args) -> Result<(), CliError> {
             record.plugstack_conf_created = true;
         }
         if !args.dry_run {
-            write_atomic(&conf, &slurm.sysconf_dir, &new, 0o644)?;
+            write_conf(&conf, &new)?;
         }
         record.include_line = Some(line);
     }
@@ -612,8 +626,7 @@ pub fn uninstall(args: &Args) -> Result<(), CliError> {
                 if !new.is_empty() {
                     new.push('\n');
                 }
-                let dir = conf.parent().unwrap_or(Path::new("/"));
-                write_atomic(conf, dir, &new, 0o644)?;
+                write_conf(conf, &new)?;
             }
         }
     }

@@ -268,6 +268,35 @@ fn install_refused(root: &Path, prefix: &Path) -> Output {
 }
 
 #[test]
+fn cyclecloud_linked_config_dir() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = root.join("usr");
+    version_header(&prefix, "0x190b05");
+    fs::create_dir_all(prefix.join("lib64/slurm")).expect("mkdir");
+    // /etc/slurm -> /sched/<cluster>, plugstack.conf itself a link into it.
+    let sched = root.join("sched/c1");
+    write(&sched.join("slurm.conf"), "ClusterName=c1\n");
+    write(&sched.join("plugstack.real"), "required /other/spank.so\n");
+    fs::create_dir_all(root.join("etc")).expect("mkdir");
+    symlink(&sched, root.join("etc/slurm")).expect("symlink");
+    symlink("plugstack.real", sched.join("plugstack.conf")).expect("symlink");
+    let (_, snap) = round_trip(root, &prefix, &[]);
+    // The links survive; the files are written where they really are.
+    assert!(find(&snap, &root.join("etc/slurm")).starts_with("-> "));
+    assert_eq!(
+        find(&snap, &sched.join("plugstack.conf")),
+        "-> plugstack.real"
+    );
+    let conf = find(&snap, &sched.join("plugstack.real"));
+    assert!(
+        conf.contains("include ") && conf.contains("/other/spank.so"),
+        "{conf}"
+    );
+    find(&snap, &sched.join("plugstack.conf.d/gpu-affinity.conf"));
+}
+
+#[test]
 fn refuses_a_series_without_a_build_naming_both() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let prefix = tmp.path().join("opt/slurm");
