@@ -41,6 +41,10 @@ pub struct Args {
     /// Where the per-series builds are (`slurm-<series>/gpu_affinity.so`; default: the package's).
     #[arg(long, value_name = "DIR")]
     plugins_dir: Option<PathBuf>,
+    /// Only link the plugin: for configless nodes, whose plugstack.conf and its includes the
+    /// controller serves (HyperPod, slurm-gcp compute nodes).
+    #[arg(long)]
+    link_only: bool,
     /// Print what would be done and change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -256,6 +260,8 @@ fn locate(args: &Args) -> Result<Slurm, CliError> {
     let (series, series_from) = find_series(&real_prefix)?;
     let plugin_dir = find_plugin_dir(&real_prefix)?;
     let sysconf_dir = match &args.plugstack_dir {
+        // No config dir on a configless node; nothing there is read.
+        _ if args.link_only => PathBuf::new(),
         Some(d) => d
             .parent()
             .map(Path::to_path_buf)
@@ -468,6 +474,29 @@ pub fn install(args: &Args) -> Result<(), CliError> {
     record.plugin_link.clone_from(&link);
     record.plugin_target.clone_from(&build);
 
+    if !args.link_only {
+        write_plugstack(args, &slurm, previous.as_ref(), &mut record, &mut out)?;
+    }
+
+    // 4. The record.
+    let record_text = serde_json::to_string_pretty(&record)? + "\n";
+    if previous.as_ref() != Some(&record) {
+        out.did(format!("record {}", record_path.display()));
+        if !args.dry_run {
+            write_atomic(&record_path, &slurm.plugin_dir, &record_text, 0o600)?;
+        }
+    }
+    emit(&(out.lines.join("\n") + "\n"))
+}
+
+/// Steps 2 and 3: the snippet in the include dir, and plugstack.conf including it.
+fn write_plugstack(
+    args: &Args,
+    slurm: &Slurm,
+    previous: Option<&Record>,
+    record: &mut Record,
+    out: &mut Out,
+) -> Result<(), CliError> {
     // 2. The snippet, in the include dir.
     let dir = args
         .plugstack_dir
@@ -481,7 +510,7 @@ pub fn install(args: &Args) -> Result<(), CliError> {
         .flatten()
         .filter(|e| e.file_name() != SNIPPET && e.file_name() != SNIPPET_AFTER_PYXIS)
         .any(|e| fs::read_to_string(e.path()).is_ok_and(|t| mentions_pyxis(&t)));
-    let name = match &previous {
+    let name = match previous {
         // Keep the name a first run chose, so a rerun never leaves two snippets.
         Some(prev) if prev.snippet.parent() == Some(dir.as_path()) => prev
             .snippet
@@ -492,7 +521,7 @@ pub fn install(args: &Args) -> Result<(), CliError> {
         _ => PathBuf::from(SNIPPET),
     };
     let snippet = dir.join(name);
-    let plugin_path = through_prefix(&slurm, &link);
+    let plugin_path = through_prefix(slurm, &record.plugin_link);
     let text = format!(
         "# Written by `gpu-affinity install` for Slurm {} ({}); `gpu-affinity uninstall` removes it.\n\
          # Absolute paths: configless nodes read this file as it is.\n\
@@ -563,16 +592,7 @@ pub fn install(args: &Args) -> Result<(), CliError> {
         }
         record.include_line = Some(line);
     }
-
-    // 4. The record.
-    let record_text = serde_json::to_string_pretty(&record)? + "\n";
-    if previous.as_ref() != Some(&record) {
-        out.did(format!("record {}", record_path.display()));
-        if !args.dry_run {
-            write_atomic(&record_path, &slurm.plugin_dir, &record_text, 0o600)?;
-        }
-    }
-    emit(&(out.lines.join("\n") + "\n"))
+    Ok(())
 }
 
 pub fn uninstall(args: &Args) -> Result<(), CliError> {

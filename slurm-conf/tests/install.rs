@@ -199,6 +199,23 @@ fn hyperpod_symlinked_prefix_configless() {
 }
 
 #[test]
+fn configless_compute_node_links_only() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    // A configless node: no slurm.conf, no plugstack.conf (the controller serves them).
+    let prefix = root.join("opt/slurm-25.11");
+    version_header(&prefix, "0x190b05");
+    fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
+    let (said, snap) = round_trip(root, &prefix, &["--link-only"]);
+    assert!(!said.contains("plugstack"), "{said}");
+    let link = find(&snap, &prefix.join("lib/slurm/gpu_affinity.so"));
+    assert!(
+        link.ends_with("plugins/slurm-25.11/gpu_affinity.so"),
+        "{link}"
+    );
+}
+
+#[test]
 fn slurm_gcp_usr_local_series_from_slurmd() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
