@@ -3,11 +3,15 @@
 //! `/opt/slurm -> /opt/slurm-24.11`, slurm-gcp `/usr/local` (series from `slurmd -V`),
 //! OCI / Azure `/usr` with `plugstack.conf.d`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::{plugins, snapshot, version_header, write};
 
 fn gpu_affinity(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gpu-affinity"))
@@ -25,52 +29,6 @@ fn ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Every file, dir and link under `root` with its content or target.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
-    let mut all = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).expect("read_dir").flatten() {
-            let p = e.path();
-            let t = e.file_type().expect("file type");
-            let v = if t.is_symlink() {
-                format!("-> {}", fs::read_link(&p).expect("link").display())
-            } else if t.is_dir() {
-                stack.push(p.clone());
-                "dir".to_owned()
-            } else {
-                fs::read_to_string(&p).unwrap_or_else(|_| "binary".to_owned())
-            };
-            all.insert(p, v);
-        }
-    }
-    all
-}
-
-fn write(path: &Path, text: &str) {
-    fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-    fs::write(path, text).expect("write");
-}
-
-fn version_header(prefix: &Path, number: &str) {
-    write(
-        &prefix.join("include/slurm/slurm_version.h"),
-        &format!("#define SLURM_VERSION_NUMBER {number}\n"),
-    );
-}
-
-/// Fake per-series builds, as the package ships them.
-fn plugins(root: &Path) -> PathBuf {
-    let dir = root.join("plugins");
-    for s in ["22.05", "24.11", "25.11", "26.05"] {
-        write(
-            &dir.join(format!("slurm-{s}/gpu_affinity.so")),
-            &format!("build {s}"),
-        );
-    }
-    dir
 }
 
 /// Install, check, install again (nothing changes), uninstall (everything as before).
