@@ -11,7 +11,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{plugins, snapshot, version_header, write};
+use common::{plugins, slurm_prefix, snapshot, version_header, write};
 
 fn gpu_affinity(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gpu-affinity"))
@@ -81,9 +81,7 @@ fn find<'a>(snap: &'a BTreeMap<PathBuf, String>, path: &Path) -> &'a str {
 fn parallelcluster_opt_slurm_with_pyxis() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let prefix = root.join("opt/slurm");
-    version_header(&prefix, "0x190b08");
-    fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
+    let prefix = slurm_prefix(root, "opt/slurm", "0x190b08", "lib/slurm");
     write(&prefix.join("etc/slurm.conf"), "ClusterName=pc\n");
     let dir = prefix.join("etc/plugstack.conf.d");
     write(
@@ -161,9 +159,7 @@ fn configless_compute_node_links_only() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
     // A configless node: no slurm.conf, no plugstack.conf (the controller serves them).
-    let prefix = root.join("opt/slurm-25.11");
-    version_header(&prefix, "0x190b05");
-    fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
+    let prefix = slurm_prefix(root, "opt/slurm-25.11", "0x190b05", "lib/slurm");
     let (said, snap) = round_trip(root, &prefix, &["--link-only"]);
     assert!(!said.contains("plugstack"), "{said}");
     let link = find(&snap, &prefix.join("lib/slurm/gpu_affinity.so"));
@@ -203,9 +199,7 @@ fn slurm_gcp_usr_local_series_from_slurmd() {
 fn oci_azure_usr_with_include_dir() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let prefix = root.join("usr");
-    version_header(&prefix, "0x160508");
-    fs::create_dir_all(prefix.join("lib64/slurm")).expect("mkdir");
+    let prefix = slurm_prefix(root, "usr", "0x160508", "lib64/slurm");
     let etc = root.join("etc/slurm");
     write(&etc.join("slurm.conf"), "ClusterName=oci\n");
     write(
@@ -246,9 +240,7 @@ fn install_refused(root: &Path, prefix: &Path) -> Output {
 fn cyclecloud_linked_config_dir() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let prefix = root.join("usr");
-    version_header(&prefix, "0x190b05");
-    fs::create_dir_all(prefix.join("lib64/slurm")).expect("mkdir");
+    let prefix = slurm_prefix(root, "usr", "0x190b05", "lib64/slurm");
     // /etc/slurm -> /sched/<cluster>, plugstack.conf itself a link into it.
     let sched = root.join("sched/c1");
     write(&sched.join("slurm.conf"), "ClusterName=c1\n");

@@ -9,7 +9,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{plugins, snapshot, version_header, write};
+use common::{plugins, slurm_prefix, snapshot, version_header, write};
 
 fn recipe(root: &Path, name: &str, args: &[&str], env: &[(&str, &Path)]) -> String {
     let script = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -87,9 +87,7 @@ fn hyperpod_controller_and_configless_compute() {
 fn parallelcluster_head_node_only() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let prefix = root.join("opt/slurm");
-    version_header(&prefix, "0x190b08");
-    fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
+    let prefix = slurm_prefix(root, "opt/slurm", "0x190b08", "lib/slurm");
     write(&prefix.join("etc/slurm.conf"), "ClusterName=pc\n");
     write(
         &prefix.join("etc/plugstack.conf"),
@@ -120,9 +118,7 @@ fn parallelcluster_head_node_only() {
 fn cyclecloud_usr_with_prolog_dir() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let prefix = root.join("usr");
-    version_header(&prefix, "0x190b05");
-    fs::create_dir_all(prefix.join("lib64/slurm")).expect("mkdir");
+    let prefix = slurm_prefix(root, "usr", "0x190b05", "lib64/slurm");
     let sched = root.join("sched/c1");
     write(&sched.join("slurm.conf"), "Prolog=/etc/slurm/prolog.d/*\n");
     let etc = root.join("etc/slurm");
@@ -158,9 +154,7 @@ fn cyclecloud_usr_with_prolog_dir() {
 fn cluster_toolkit_usr_local() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let prefix = root.join("usr/local");
-    version_header(&prefix, "0x1a0505");
-    fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
+    let prefix = slurm_prefix(root, "usr/local", "0x1a0505", "lib/slurm");
     write(
         &prefix.join("etc/slurm/plugstack.conf"),
         "required /usr/local/lib/slurm/spank_pyxis.so\n",

@@ -49,3 +49,11 @@ pub fn plugins(root: &Path) -> PathBuf {
     }
     dir
 }
+
+/// A Slurm prefix at `root/rel`: slurm_version.h with `number`, an empty plugin dir `plugin_dir`.
+pub fn slurm_prefix(root: &Path, rel: &str, number: &str, plugin_dir: &str) -> PathBuf {
+    let prefix = root.join(rel);
+    version_header(&prefix, number);
+    fs::create_dir_all(prefix.join(plugin_dir)).expect("mkdir");
+    prefix
+}
