@@ -92,7 +92,7 @@ pub fn series_from_version_header(text: &str) -> Option<String> {
     Some(format!("{}.{:02}", n >> 16 & 0xff, n >> 8 & 0xff))
 }
 
-/// `MAJOR.MINOR` from `slurmd -V` output (`slurm 24.11.5`, `slurm-wlm 22.05.8`).
+/// `MAJOR.MINOR` from `slurmd -V` / `srun --version` output (`slurm 24.11.5`, `slurm-wlm 22.05.8`).
 pub fn series_from_slurmd_version(text: &str) -> Option<String> {
     let version = text.split_whitespace().nth(1)?;
     let mut parts = version.split('.');
@@ -101,23 +101,24 @@ pub fn series_from_slurmd_version(text: &str) -> Option<String> {
     Some(format!("{major}.{minor:02}"))
 }
 
-fn run_slurmd_version(slurmd: &Path) -> Result<String, CliError> {
-    let mut child = Command::new(slurmd)
-        .arg("-V")
+/// `PROGRAM FLAG` (`slurmd -V`, `srun --version`) with an argument vector and a bound.
+fn run_version(program: &Path, flag: &str) -> Result<String, CliError> {
+    let what = format!("{} {flag}", program.display());
+    let mut child = Command::new(program)
+        .arg(flag)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| io_err("cannot run", slurmd, e))?;
+        .map_err(|e| io_err("cannot run", program, e))?;
     match child.wait_timeout(SLURMD_TIMEOUT)? {
         Some(status) if status.success() => {}
-        Some(status) => return Err(CliError(format!("{} -V: {status}", slurmd.display()))),
+        Some(status) => return Err(CliError(format!("{what}: {status}"))),
         None => {
             child.kill()?;
             child.wait()?;
             return Err(CliError(format!(
-                "{} -V did not answer within {SLURMD_TIMEOUT:?}",
-                slurmd.display()
+                "{what} did not answer within {SLURMD_TIMEOUT:?}"
             )));
         }
     }
@@ -139,24 +140,27 @@ fn find_series(real_prefix: &Path) -> Result<(String, String), CliError> {
         })?;
         return Ok((series, header.display().to_string()));
     }
-    let slurmd = real_prefix.join("sbin/slurmd");
-    if !slurmd.exists() {
+    // Compute nodes have slurmd; login nodes (which need the plugin too) may have only srun.
+    let programs = [("sbin/slurmd", "-V"), ("bin/srun", "--version")];
+    let Some((program, flag)) = programs
+        .iter()
+        .map(|(p, f)| (real_prefix.join(p), *f))
+        .find(|(p, _)| p.exists())
+    else {
         return Err(CliError(format!(
-            "no Slurm at {}: neither {} nor {} exists",
-            real_prefix.display(),
-            header.display(),
-            slurmd.display()
+            "no Slurm at {}: none of include/slurm/slurm_version.h, sbin/slurmd, bin/srun there",
+            real_prefix.display()
         )));
-    }
-    let out = run_slurmd_version(&slurmd)?;
+    };
+    let out = run_version(&program, flag)?;
     let series = series_from_slurmd_version(&out).ok_or_else(|| {
         CliError(format!(
-            "{} -V printed {:?}, not a Slurm version",
-            slurmd.display(),
+            "{} {flag} printed {:?}, not a Slurm version",
+            program.display(),
             out.trim()
         ))
     })?;
-    Ok((series, format!("{} -V", slurmd.display())))
+    Ok((series, format!("{} {flag}", program.display())))
 }
 
 /// Slurm's plugin dir under a prefix: source builds use lib/slurm, EL RPMs lib64/slurm,

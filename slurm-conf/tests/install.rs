@@ -175,7 +175,11 @@ fn slurm_gcp_usr_local_series_from_slurmd() {
     let root = tmp.path();
     let prefix = root.join("usr/local");
     let slurmd = prefix.join("sbin/slurmd");
-    write(&slurmd, "#!/bin/sh\necho 'slurm 26.05.5'\n");
+    // A login node would have only bin/srun; slurmd wins when both are there.
+    write(
+        &slurmd,
+        "#!/bin/sh\n[ \"$1\" = -V ] && echo 'slurm 26.05.5'\n",
+    );
     fs::set_permissions(&slurmd, fs::Permissions::from_mode(0o755)).expect("chmod");
     fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
     write(&prefix.join("etc/slurm/slurm.conf"), "ClusterName=gcp\n");
@@ -193,6 +197,26 @@ fn slurm_gcp_usr_local_series_from_slurmd() {
     let pyxis = conf.find("spank_pyxis").expect("pyxis line kept");
     let ours = conf.find("include ").expect("include added");
     assert!(pyxis < ours, "{conf}");
+}
+
+#[test]
+fn login_node_series_from_srun() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = root.join("opt/slurm");
+    let srun = prefix.join("bin/srun");
+    write(
+        &srun,
+        "#!/bin/sh\n[ \"$1\" = --version ] && echo 'slurm 24.11.5'\n",
+    );
+    fs::set_permissions(&srun, fs::Permissions::from_mode(0o755)).expect("chmod");
+    fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
+    write(&prefix.join("etc/slurm.conf"), "ClusterName=login\n");
+    let (said, _) = round_trip(root, &prefix, &[]);
+    assert!(
+        said.contains("Slurm 24.11") && said.contains("srun --version"),
+        "{said}"
+    );
 }
 
 #[test]
