@@ -2,11 +2,13 @@
 //!
 //! Subcommands: `explain` (what the plugin will do on a node), `fixture` (write a fake
 //! sysfs tree for a machine), `machines` (the embedded catalog), `bench` (discovery and
-//! solver figures). Exit status: 0 success, 1 bad input, 2 strict violations.
+//! solver figures), `install` / `uninstall` (plugin link and plugstack snippet).
+//! Exit status: 0 success, 1 bad input, 2 strict violations.
 
 mod bench;
 mod explain;
 mod fixture;
+mod install;
 mod machine_source;
 
 use std::process::ExitCode;
@@ -34,6 +36,10 @@ enum Command {
     Machines,
     /// Print discovery and solver timings (a benchmark, not a test).
     Bench(bench::Args),
+    /// Link the plugin build for this Slurm's series and write its plugstack snippet.
+    Install(install::Args),
+    /// Undo exactly what `install` did for a Slurm prefix.
+    Uninstall(install::Args),
 }
 
 /// A failure the user can act on: printed as one line, exit status 1.
@@ -65,6 +71,8 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Install(args) => install::install(&args).map(|()| ExitCode::SUCCESS),
+        Command::Uninstall(args) => install::uninstall(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
