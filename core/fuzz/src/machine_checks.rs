@@ -33,7 +33,7 @@ pub fn check_machine(machine: &Machine, source: &str) {
     if kept.is_empty() {
         return;
     }
-    let xml = topo_xml::render(machine);
+    let xml = topo_xml::render(machine, &machine.fabric_nics());
     match nccl_xml::parse(&xml) {
         Ok(back) => {
             let missing: Vec<_> = kept

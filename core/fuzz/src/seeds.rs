@@ -155,7 +155,7 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
             continue;
         };
         // The NCCL file the plugin generates for this machine.
-        let xml = topo_xml::render(&machine);
+        let xml = topo_xml::render(&machine, &machine.fabric_nics());
         c.add("topology", xml.as_bytes())?;
         c.add("nccl_xml", xml.as_bytes())?;
         // Its fixture sysfs tree: every attribute the reader parses.
