@@ -40,12 +40,18 @@ fn unescape_octal(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
+        // Three octal digits that fit a byte: the kernel escapes bytes only, so `\400`
+        // and above are literal text (and would overflow the u8).
         let octal = bytes
             .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)))
+            .and_then(|d| {
+                let v = d.iter().fold(0u32, |v, b| v * 8 + u32::from(b - b'0'));
+                u8::try_from(v).ok()
+            });
         match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+            (b'\\', Some(byte)) => {
+                out.push(byte);
                 i += 4;
             }
             (b, _) => {
@@ -155,6 +161,15 @@ mod tests {
         let d = mount_at(&m, "/mnt/my data").expect("escaped");
         assert!(d.read_only);
         assert!(mount_at(&m, "/scratch").is_none());
+    }
+
+    /// Found by the `health_parse` fuzz target: `\\400` overflowed the byte being
+    /// unescaped (a panic in debug builds, a wrong name in release).
+    #[test]
+    fn octal_escapes_above_a_byte_stay_literal() {
+        let m = mounts("srv:/a /mnt/my\\400data nfs4 rw 0 0\nsrv:/b /b\\377 nfs4 rw 0 0\n");
+        assert_eq!(m[0].point, "/mnt/my\\400data");
+        assert_eq!(m[1].point, "/b\u{fffd}");
     }
 
     #[test]
