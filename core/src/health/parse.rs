@@ -75,13 +75,21 @@ pub fn port_rate_gbps(text: &str) -> Option<f64> {
     let (number, unit) = t.split_once(' ')?;
     unit.trim_start()
         .starts_with("Gb/sec")
-        .then(|| number.parse().ok())
+        .then(|| rate(number))
         .flatten()
+}
+
+/// A rate or speed as a number: finite and not negative, or none (a NaN compares false
+/// and would pass every "slower than expected" check).
+fn rate(text: &str) -> Option<f64> {
+    text.parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
 }
 
 /// `16.0 GT/s PCIe` -> 16.0 (GT/s). `Unknown` and empty are `None`.
 pub fn link_speed_gts(text: &str) -> Option<f64> {
-    text.split_whitespace().next()?.parse().ok()
+    rate(text.split_whitespace().next()?)
 }
 
 /// A decimal counter file (`link_downed`).
@@ -170,6 +178,18 @@ mod tests {
         let m = mounts("srv:/a /mnt/my\\400data nfs4 rw 0 0\nsrv:/b /b\\377 nfs4 rw 0 0\n");
         assert_eq!(m[0].point, "/mnt/my\\400data");
         assert_eq!(m[1].point, "/b\u{fffd}");
+    }
+
+    /// Found by the `health_parse` fuzz target: `-5`, `NaN`, `inf` parsed as speeds.
+    #[test]
+    fn speeds_and_rates_are_finite_and_not_negative() {
+        for bad in ["-5", "NaN GT/s", "inf", "-0.5 GT/s PCIe"] {
+            assert_eq!(link_speed_gts(bad), None, "{bad:?}");
+        }
+        for bad in ["NaN Gb/sec (4X NDR)", "-400 Gb/sec", "inf Gb/sec"] {
+            assert_eq!(port_rate_gbps(bad), None, "{bad:?}");
+        }
+        assert_eq!(link_speed_gts("2.5 GT/s PCIe"), Some(2.5));
     }
 
     #[test]
