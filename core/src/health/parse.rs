@@ -146,7 +146,8 @@ pub fn gres_gpu_count(gres: &str) -> Option<u32> {
             continue;
         }
         let count = parts.next_back().and_then(|c| c.parse::<u32>().ok())?;
-        total = Some(total.unwrap_or(0) + count);
+        // A sum past u32 is no node's GPU count: unknown, not a wrapped small number.
+        total = Some(total.unwrap_or(0u32).checked_add(count)?);
     }
     total
 }
@@ -190,6 +191,14 @@ mod tests {
             assert_eq!(port_rate_gbps(bad), None, "{bad:?}");
         }
         assert_eq!(link_speed_gts("2.5 GT/s PCIe"), Some(2.5));
+    }
+
+    /// Found by the `health_parse` fuzz target: counts whose sum passes u32 overflowed
+    /// (a panic in debug builds, a wrapped count compared with the node's GPUs in release).
+    #[test]
+    fn gres_counts_past_u32_are_unknown() {
+        assert_eq!(gres_gpu_count("gpu:4294967295,gpu:a:1"), None);
+        assert_eq!(gres_gpu_count("gpu:4294967294,gpu:a:1"), Some(u32::MAX));
     }
 
     #[test]
