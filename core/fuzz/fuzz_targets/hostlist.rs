@@ -1,12 +1,13 @@
 //! `slurm::hostlist::expand` / `contains`: gres.conf's `NodeName=` and `File=` lists.
-//! Properties: at most `MAX_NAMES` names, each bounded by the text's length (a bracket's
-//! digits never outgrow its written form by more than a `u32`'s ten); no name holds a
+//! Properties: at most `MAX_NAMES` names and `MAX_BYTES` bytes of them, each name bounded
+//! by the text's length (a bracket prints at most a `u32`'s ten digits or its own zero
+//! padding); no name holds a
 //! comma, a bracket or is empty, so the names joined with commas expand to themselves
 //! (there is no `compress` yet; this is the round trip a written-back list must pass);
 //! `contains` agrees with `expand`; errors are one line.
 #![no_main]
 
-use gpu_affinity::slurm::hostlist::{self, MAX_NAMES};
+use gpu_affinity::slurm::hostlist::{self, MAX_BYTES, MAX_NAMES};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -24,6 +25,8 @@ fuzz_target!(|data: &[u8]| {
                 assert!(!n.contains([',', '[', ']']), "{text:?}: name {n:?}");
                 assert!(n.len() <= bound, "{text:?}: name of {} bytes", n.len());
             }
+            let bytes: usize = names.iter().map(String::len).sum();
+            assert!(bytes <= MAX_BYTES, "{text:?}: {bytes} bytes of names");
             let joined = names.join(",");
             let again = hostlist::expand(&joined);
             assert_eq!(again.as_ref(), Ok(&names), "{text:?} -> {joined:?}");
