@@ -20,7 +20,12 @@ use std::path::{Path, PathBuf};
 
 use gpu_affinity::catalog;
 use gpu_affinity::fabric::{profiles, topo_xml};
-use gpu_affinity::sources::fixture::{self, Entry};
+use gpu_affinity::health::xid;
+use gpu_affinity::model::Machine;
+use gpu_affinity::sources::{
+    self,
+    fixture::{self, Entry},
+};
 
 /// `sysfs_attr` picks its parser with the first byte; these match its `match`.
 mod attr {
@@ -37,6 +42,10 @@ mod attr {
     pub const NUMBERED: u8 = 10;
     pub const PCI_ADDR: u8 = 11;
 }
+
+/// `health_parse` picks its parser with the first byte.
+mod health_pick;
+use health_pick as health;
 
 struct Corpus {
     out: PathBuf,
@@ -58,9 +67,76 @@ impl Corpus {
     }
 
     fn attr(&mut self, which: u8, bytes: &[u8]) -> std::io::Result<()> {
+        self.picked("sysfs_attr", which, bytes)
+    }
+
+    fn health(&mut self, which: u8, bytes: &[u8]) -> std::io::Result<()> {
+        self.picked("health_parse", which, bytes)
+    }
+
+    /// A seed for a target whose first byte picks the parser.
+    fn picked(&mut self, target: &str, which: u8, bytes: &[u8]) -> std::io::Result<()> {
         let mut v = vec![which];
         v.extend_from_slice(bytes);
-        self.add("sysfs_attr", &v)
+        self.add(target, &v)
+    }
+
+    /// What Slurm and the kernel write about `machine`'s GPUs: its gres.conf lines, the
+    /// hostlists in them, SLURM_STEP_GPUS / SLURMD_TRES_BIND values, and an XID record
+    /// naming each GPU by the bus id the driver prints.
+    fn gpus(&mut self, machine: &Machine) -> std::io::Result<()> {
+        let n = machine.gpus.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let last = n - 1;
+        let files = format!("/dev/nvidia[0-{last}]");
+        let minors: Vec<String> = machine
+            .gpus
+            .iter()
+            .filter_map(|g| g.minor)
+            .map(|m| m.to_string())
+            .collect();
+        let written = format!("/dev/nvidia[{}]", minors.join(","));
+        for list in [&files, &written, &format!("gpu[01-{n:02}],login1")] {
+            self.add("hostlist", list.as_bytes())?;
+        }
+        for conf in [
+            format!("Name=gpu File={files}\n"),
+            format!("AutoDetect=nvml\nName=gpu Type=h100 File={written} Cores=0-47\n"),
+            format!(
+                "NodeName=gpu[01-16] Name=gpu File={files} # {n} GPUs\nNodeName=n1 AutoDetect=nvidia\n"
+            ),
+            "Name=gpu MultipleFiles=/dev/nvidia[0-1] \\\n  Count=1\n".to_string(),
+        ] {
+            self.add("gres_conf", conf.as_bytes())?;
+        }
+        let node = u8::try_from(n).unwrap_or(u8::MAX);
+        for (step, bind) in [
+            (format!("0-{last}"), None),
+            ("0,1".to_string(), Some("gpu:per_task:1")),
+            (format!("{last},0"), Some("gpu:map_gpu:1,0*2")),
+            (format!("0-{last}"), Some("gpu:verbose,mask_gpu:0x3,0xc")),
+            ("1".to_string(), Some("gpu:closest")),
+        ] {
+            let mut v = vec![node, 0, 1, 0, 0, 0];
+            v.extend_from_slice(step.as_bytes());
+            if let Some(bind) = bind {
+                v.push(0);
+                v.extend_from_slice(bind.as_bytes());
+            }
+            self.add("gpu_ids", &v)?;
+        }
+        let mut kmsg = String::new();
+        for (i, g) in machine.gpus.iter().enumerate() {
+            let bus = g.pci.to_string();
+            let bus = bus.rsplit_once('.').map_or(bus.as_str(), |(b, _)| b);
+            kmsg.push_str(&format!(
+                "6,{},5000000,-;NVRM: Xid (PCI:{bus}): 79, pid=1234, name=python, GPU has fallen off the bus.\n SUBSYSTEM=pci\n",
+                1200 + i
+            ));
+        }
+        self.add("xid_kmsg", kmsg.as_bytes())
     }
 }
 
@@ -90,9 +166,17 @@ fn fixture_file(c: &mut Corpus, path: &Path, contents: &[u8]) -> std::io::Result
         "uevent" => c.attr(attr::UEVENT, contents),
         "numa_node" => c.attr(attr::NUMA_NODE, contents),
         "current_link_width" | "max_link_width" => c.attr(attr::LINK_WIDTH, contents),
-        "information" | "current_link_speed" | "max_link_speed" | "state" => {
+        "current_link_speed" | "max_link_speed" => {
+            c.health(health::LINK_SPEED, contents)?;
             c.attr(attr::TEXT, contents)
         }
+        "state" => {
+            c.health(health::PORT_STATE, contents)?;
+            c.attr(attr::TEXT, contents)
+        }
+        "information" => c.attr(attr::TEXT, contents),
+        "rate" => c.health(health::PORT_RATE, contents),
+        "link_downed" => c.health(health::COUNTER, contents),
         "cpuinfo" => c.attr(attr::CPUINFO, contents),
         "config" => c.add("pci_config", contents),
         "cpumap" | "local_cpus" => c.add("cpumask", contents),
@@ -144,6 +228,10 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
             for target in ["topology", "nccl_xml", "hwloc_xml"] {
                 c.add(target, &text)?;
             }
+            // The GPUs' bus ids as the driver prints them in XIDs, and gres.conf lines.
+            if let Ok(Ok(machine)) = std::str::from_utf8(&text).map(sources::parse_topology) {
+                c.gpus(&machine)?;
+            }
         }
     }
 
@@ -154,6 +242,7 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         let Ok(machine) = catalog::machine(name) else {
             continue;
         };
+        c.gpus(&machine)?;
         // The NCCL file the plugin generates for this machine.
         let xml = topo_xml::render(&machine, &machine.fabric_nics());
         c.add("topology", xml.as_bytes())?;
@@ -215,6 +304,54 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         b"Model: \t\t NVIDIA H100 80GB HBM3\nDevice Minor: \t 0\n",
     )?;
     c.attr(attr::NUMA_NODE, b"-1\n")?;
+
+    // Slurm text the machines above do not give: odd hostlists and range lists, and
+    // cgroup.conf (gres_conf also runs constrain_devices).
+    for text in ["node[01-04],gpu7", "r[1-2]n[1-2]", "a[007-010]b", "n1"] {
+        c.add("hostlist", text.as_bytes())?;
+    }
+    c.add("gres_conf", b"ConstrainDevices=yes\nConstrainCores=no\n")?;
+    c.add(
+        "gres_conf",
+        b"AutoDetect=off\nName=gpu Type=\"a 100\" File=/dev/nvidia0\n",
+    )?;
+    // ranges: max_value 100, max_count 16, allow_empty; then the text.
+    for text in ["0-3,8,10-11", "5, 0-2 ,007", "", "1,,2", "0-4294967295"] {
+        let mut v = vec![100, 0, 0, 0, 16, 0, 0, 0, 1];
+        v.extend_from_slice(text.as_bytes());
+        c.add("ranges", &v)?;
+    }
+
+    // What the health binaries read from procfs and Slurm.
+    c.health(
+        health::MOUNTS,
+        b"fs-1.fsx:/x /fsx lustre rw,relatime 0 0\n/dev/sda1 / ext4 rw 0 0\nsrv:/a /mnt/my\\040data nfs4 ro,vers=4.2 0 0\n",
+    )?;
+    c.health(
+        health::SINFO,
+        b"n1|gpu*|idle|gpu:8|none\nn2|gpu*|drained|gpu:h100:8(S:0-1)|gpu-affinity: GPU_XID_79 gpu=0000:53:00.0\nn3|gpu|drained|(null)|admin: a|b\n",
+    )?;
+    for gres in [
+        "gpu:8",
+        "gpu:h100:4(S:0),gpu:a100:4",
+        "(null)",
+        "gpu:h100:8(S:0-1),nic:1",
+    ] {
+        c.health(health::GRES, gres.as_bytes())?;
+    }
+    c.health(health::PORT_RATE, b"400 Gb/sec (4X NDR)\n")?;
+    c.health(health::LINK_SPEED, b"16.0 GT/s PCIe\n")?;
+    c.health(health::PORT_STATE, b"4: ACTIVE\n")?;
+    c.health(health::COUNTER, b"17\n")?;
+    // Empty files and output: every reader can meet them.
+    for which in 0..health::COUNT {
+        c.health(which, b"")?;
+    }
+    c.add(
+        "xid_kmsg",
+        b"[  12.3] NVRM: Xid (PCI:0000:9b:00): 48, pid='<unknown>', DBE\n6,7,1,-;NVRM: Xid (0000:1a:00.0): 95, uncontained\ngarbage;;;\n",
+    )?;
+    c.add("xid_policy", xid::EMBEDDED_POLICY.as_bytes())?;
     Ok(c.written)
 }
 

@@ -40,12 +40,18 @@ fn unescape_octal(field: &str) -> String {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
+        // Three octal digits that fit a byte: the kernel escapes bytes only, so `\400`
+        // and above are literal text (and would overflow the u8).
         let octal = bytes
             .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+            .filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)))
+            .and_then(|d| {
+                let v = d.iter().fold(0u32, |v, b| v * 8 + u32::from(b - b'0'));
+                u8::try_from(v).ok()
+            });
         match (bytes[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+            (b'\\', Some(byte)) => {
+                out.push(byte);
                 i += 4;
             }
             (b, _) => {
@@ -69,13 +75,21 @@ pub fn port_rate_gbps(text: &str) -> Option<f64> {
     let (number, unit) = t.split_once(' ')?;
     unit.trim_start()
         .starts_with("Gb/sec")
-        .then(|| number.parse().ok())
+        .then(|| rate(number))
         .flatten()
+}
+
+/// A rate or speed as a number: finite and not negative, or none (a NaN compares false
+/// and would pass every "slower than expected" check).
+fn rate(text: &str) -> Option<f64> {
+    text.parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
 }
 
 /// `16.0 GT/s PCIe` -> 16.0 (GT/s). `Unknown` and empty are `None`.
 pub fn link_speed_gts(text: &str) -> Option<f64> {
-    text.split_whitespace().next()?.parse().ok()
+    rate(text.split_whitespace().next()?)
 }
 
 /// A decimal counter file (`link_downed`).
@@ -132,7 +146,8 @@ pub fn gres_gpu_count(gres: &str) -> Option<u32> {
             continue;
         }
         let count = parts.next_back().and_then(|c| c.parse::<u32>().ok())?;
-        total = Some(total.unwrap_or(0) + count);
+        // A sum past u32 is no node's GPU count: unknown, not a wrapped small number.
+        total = Some(total.unwrap_or(0u32).checked_add(count)?);
     }
     total
 }
@@ -155,6 +170,35 @@ mod tests {
         let d = mount_at(&m, "/mnt/my data").expect("escaped");
         assert!(d.read_only);
         assert!(mount_at(&m, "/scratch").is_none());
+    }
+
+    /// Found by the `health_parse` fuzz target: `\\400` overflowed the byte being
+    /// unescaped (a panic in debug builds, a wrong name in release).
+    #[test]
+    fn octal_escapes_above_a_byte_stay_literal() {
+        let m = mounts("srv:/a /mnt/my\\400data nfs4 rw 0 0\nsrv:/b /b\\377 nfs4 rw 0 0\n");
+        assert_eq!(m[0].point, "/mnt/my\\400data");
+        assert_eq!(m[1].point, "/b\u{fffd}");
+    }
+
+    /// Found by the `health_parse` fuzz target: `-5`, `NaN`, `inf` parsed as speeds.
+    #[test]
+    fn speeds_and_rates_are_finite_and_not_negative() {
+        for bad in ["-5", "NaN GT/s", "inf", "-0.5 GT/s PCIe"] {
+            assert_eq!(link_speed_gts(bad), None, "{bad:?}");
+        }
+        for bad in ["NaN Gb/sec (4X NDR)", "-400 Gb/sec", "inf Gb/sec"] {
+            assert_eq!(port_rate_gbps(bad), None, "{bad:?}");
+        }
+        assert_eq!(link_speed_gts("2.5 GT/s PCIe"), Some(2.5));
+    }
+
+    /// Found by the `health_parse` fuzz target: counts whose sum passes u32 overflowed
+    /// (a panic in debug builds, a wrapped count compared with the node's GPUs in release).
+    #[test]
+    fn gres_counts_past_u32_are_unknown() {
+        assert_eq!(gres_gpu_count("gpu:4294967295,gpu:a:1"), None);
+        assert_eq!(gres_gpu_count("gpu:4294967294,gpu:a:1"), Some(u32::MAX));
     }
 
     #[test]

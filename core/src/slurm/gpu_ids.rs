@@ -385,7 +385,9 @@ fn pick(list: &str, task: u32) -> Option<u64> {
         };
         entries.push((v, mult));
     }
-    let total: u64 = entries.iter().map(|(_, m)| m).sum();
+    // Saturating: multipliers are user text, and a total past u64 is past every task id
+    // anyway, so the walk below picks the same entry as the exact sum would.
+    let total = entries.iter().fold(0u64, |t, (_, m)| t.saturating_add(*m));
     if total == 0 {
         return None;
     }

@@ -124,7 +124,7 @@ pub fn parse(text: &str) -> Result<GresConf, GresConfError> {
         if first == "autodetect" && tokens.len() == 1 {
             let value = &tokens[0].1;
             conf.autodetect = Some(AutoDetect::parse(value).ok_or_else(|| {
-                GresConfError::at(line_no, format!("AutoDetect={value} is not a known mode"))
+                GresConfError::at(line_no, format!("AutoDetect={value:?} is not a known mode"))
             })?);
             continue;
         }
@@ -191,7 +191,7 @@ fn record(
             "autodetect" => {
                 rec.autodetect = Some(
                     AutoDetect::parse(value)
-                        .ok_or_else(|| err(format!("AutoDetect={value} is not a known mode")))?,
+                        .ok_or_else(|| err(format!("AutoDetect={value:?} is not a known mode")))?,
                 );
             }
             k if KEPT_KEYS.contains(&k) => rec.other.push((key.clone(), value.clone())),
@@ -414,6 +414,18 @@ mod tests {
             let e = parse(text).expect_err(text);
             assert_eq!(e.line(), line, "{text:?}: {e}");
             assert!(e.to_string().contains(needle), "{text:?}: {e}");
+        }
+    }
+
+    /// Found with the `gres_conf` fuzz target (its one-line-error property; the input
+    /// written by hand): a quoted value keeps a lone carriage return, which an error
+    /// quoting the value printed as a second line in slurmd's log and `explain`.
+    #[test]
+    fn an_error_quoting_a_value_is_one_line() {
+        for text in ["AutoDetect=\"a\rb\"\n", "Name=gpu AutoDetect=\"a\rb\"\n"] {
+            let e = parse(text).expect_err(text).to_string();
+            assert!(!e.contains(['\n', '\r']), "{e:?}");
+            assert!(e.contains(r#"AutoDetect="a\rb""#), "{e:?}");
         }
     }
 

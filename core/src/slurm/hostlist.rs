@@ -10,6 +10,11 @@ use crate::ranges::{self, Limits};
 /// Most names one hostlist may expand to (a node line, a device list).
 pub const MAX_NAMES: u64 = 1 << 16;
 
+/// Most bytes one hostlist's names may hold together: `MAX_NAMES` device paths of 256
+/// bytes. The name count alone does not bound memory: a 1 MiB gres.conf line
+/// `NodeName=n[0-65535]<1 MiB of suffix>` would ask for 64 GiB.
+pub const MAX_BYTES: usize = 1 << 24;
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HostlistError {
     #[error("unbalanced brackets")]
@@ -18,6 +23,8 @@ pub enum HostlistError {
     Range(#[from] ranges::RangeError),
     #[error("expands to more than {MAX_NAMES} names")]
     TooMany,
+    #[error("expands to more than {MAX_BYTES} bytes of names")]
+    TooLong,
     #[error("empty name")]
     Empty,
 }
@@ -25,6 +32,9 @@ pub enum HostlistError {
 /// Expand a hostlist into its names, in order.
 pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
     let mut out = Vec::new();
+    // Bytes in `out`; with the partial names of the item being expanded (prefixes of
+    // its final names) checked against MAX_BYTES before each allocation.
+    let mut out_bytes = 0usize;
     for item in split_top(text.trim())? {
         let item = item.trim();
         if item.is_empty() {
@@ -41,12 +51,18 @@ pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
             };
             let parts = ranges::parse(&rest[open + 1..close], limits, false)?;
             let mut next = Vec::new();
+            let mut next_bytes = 0usize;
             for name in &names {
                 for r in &parts {
                     for v in r.lo..=r.hi {
-                        next.push(format!("{name}{prefix}{v:0width$}", width = r.width));
+                        let n = format!("{name}{prefix}{v:0width$}", width = r.width);
+                        next_bytes += n.len();
+                        next.push(n);
                         if (next.len() + out.len()) as u64 > MAX_NAMES {
                             return Err(HostlistError::TooMany);
+                        }
+                        if out_bytes + next_bytes > MAX_BYTES {
+                            return Err(HostlistError::TooLong);
                         }
                     }
                 }
@@ -56,6 +72,11 @@ pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
         }
         if rest.contains(']') {
             return Err(HostlistError::Brackets);
+        }
+        let item_bytes = names.iter().map(String::len).sum::<usize>() + names.len() * rest.len();
+        out_bytes += item_bytes;
+        if out_bytes > MAX_BYTES {
+            return Err(HostlistError::TooLong);
         }
         out.extend(names.into_iter().map(|n| n + rest));
     }
@@ -133,5 +154,21 @@ mod tests {
             }))
         );
         assert_eq!(expand("a[0-999]b[0-999]"), Err(HostlistError::TooMany));
+    }
+
+    /// Found while writing the `hostlist` fuzz target's bounded-output property: the
+    /// name count was bounded, the bytes were not (a long suffix or zero padding on every
+    /// one of 65536 names).
+    #[test]
+    fn the_names_bytes_are_bounded() {
+        let suffix = "x".repeat(1 << 20);
+        assert_eq!(
+            expand(&format!("n[0-65535]{suffix}")),
+            Err(HostlistError::TooLong)
+        );
+        let padded = format!("n[{}-65535]", "0".repeat(1000));
+        assert_eq!(expand(&padded), Err(HostlistError::TooLong));
+        let long = format!("{}[0-255]", "p".repeat(255));
+        assert_eq!(expand(&long).map(|n| n.len()), Ok(256));
     }
 }

@@ -207,3 +207,18 @@ fn natural_order_and_names() {
     assert_eq!(minor_from_name("/dev/nvidia12"), Some(12));
     assert_eq!(minor_from_name("/dev/nvidia-caps"), None);
 }
+
+/// Found by the `gpu_ids` fuzz target: map/mask multipliers whose sum passes u64 (user
+/// text from `--gpu-bind`) overflowed (a panic in debug builds, a wrong GPU in release).
+#[test]
+fn huge_bind_multipliers_do_not_overflow() {
+    let bind = "gpu:map_gpu:1*18446744073709551615,0*2";
+    assert_eq!(
+        task_gpus(Some(bind), &[0, 1], false, 0),
+        TaskGpus::Ids(vec![1])
+    );
+    assert_eq!(
+        task_gpus(Some(bind), &[0, 1], false, u32::MAX),
+        TaskGpus::Ids(vec![1])
+    );
+}

@@ -1,0 +1,46 @@
+//! `slurm::hostlist::expand` / `contains`: gres.conf's `NodeName=` and `File=` lists.
+//! Properties: at most `MAX_NAMES` names and `MAX_BYTES` bytes of them, each name bounded
+//! by the text's length (a bracket prints at most a `u32`'s ten digits or its own zero
+//! padding); no name holds a
+//! comma, a bracket or is empty, so the names joined with commas expand to themselves
+//! (there is no `compress` yet; this is the round trip a written-back list must pass);
+//! `contains` agrees with `expand`; errors are one line.
+#![no_main]
+
+use gpu_affinity::slurm::hostlist::{self, MAX_BYTES, MAX_NAMES};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match hostlist::expand(text) {
+        Ok(names) => {
+            assert!(names.len() as u64 <= MAX_NAMES, "{} names", names.len());
+            // Each bracket is at least "[0]" (3 bytes) and prints at most 10 digits or its
+            // own width, so a name is never more than 4x the text.
+            let bound = 4 * text.len();
+            for n in &names {
+                assert!(!n.is_empty(), "{text:?}: an empty name");
+                assert!(!n.contains([',', '[', ']']), "{text:?}: name {n:?}");
+                assert!(n.len() <= bound, "{text:?}: name of {} bytes", n.len());
+            }
+            let bytes: usize = names.iter().map(String::len).sum();
+            assert!(bytes <= MAX_BYTES, "{text:?}: {bytes} bytes of names");
+            let joined = names.join(",");
+            let again = hostlist::expand(&joined);
+            assert_eq!(again.as_ref(), Ok(&names), "{text:?} -> {joined:?}");
+            if let Some(first) = names.first() {
+                assert_eq!(hostlist::contains(text, first), Ok(true), "{text:?}");
+            }
+        }
+        Err(e) => {
+            let line = e.to_string();
+            assert!(
+                !line.contains(['\n', '\r']),
+                "error is not one line: {line:?}"
+            );
+            assert!(hostlist::contains(text, "n1").is_err());
+        }
+    }
+});
