@@ -12,38 +12,16 @@
 //! path comes from a profile, and the generated topology goes to the root-owned
 //! `run_dir`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gpu_affinity::fabric::profiles::{self, Profiles};
 use gpu_affinity::fabric::{self, Env, StepInputs};
 use gpu_affinity::model::Machine;
 use gpu_affinity::solver::Plan;
 
-use crate::node::VendorTopology;
 use crate::run_dir::TOPOLOGY_FILE;
 use crate::settings::Settings;
-
-/// The NCCL topology file generated for this step, written as root in task_post_fork.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GeneratedTopology {
-    /// The step directory under run_dir.
-    pub dir: PathBuf,
-    /// `dir/nccl-topo.xml`, the value NCCL_TOPO_FILE carries.
-    pub file: PathBuf,
-    pub xml: String,
-    /// The uid the written file belongs to (root; tests: their own).
-    pub owner: u32,
-}
-
-/// The step's fabric environment as the plugin keeps it.
-#[derive(Clone, Debug, Default)]
-pub struct StepFabric {
-    pub env: Env,
-    /// Set when NCCL_TOPO_FILE points at a file this step must write.
-    pub topology: Option<GeneratedTopology>,
-    /// Step-wide warnings the node's first task shows its user.
-    pub warnings: Vec<String>,
-}
+use crate::step_data::{GeneratedTopology, StepFabric, VendorTopology};
 
 /// The built-in profiles plus the admin's from `dir` (the core's one trusted loader,
 /// shared with `gpu-affinity explain`). A missing directory means no admin profiles.

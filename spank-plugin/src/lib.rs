@@ -109,6 +109,7 @@ mod init_post_opt;
 mod logger;
 mod mode;
 mod node;
+mod option_callback;
 mod options;
 mod os;
 mod run_dir;
@@ -117,6 +118,7 @@ mod settings;
 mod spank;
 mod state;
 mod step;
+mod step_data;
 mod task_init;
 mod task_post_fork;
 mod topology;
@@ -176,7 +178,7 @@ pub(crate) unsafe extern "C" fn option_callback(
                     .into_owned(),
             )
         };
-        options::on_option(&PLUGIN, value.as_deref(), remote != 0)
+        option_callback::on_option(&PLUGIN, value.as_deref(), remote != 0)
     })
 }
 

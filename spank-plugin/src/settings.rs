@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 
 use gpu_affinity::config::{self, Config};
 use gpu_affinity::fabric::profiles::DEFAULT_PROFILE_DIR;
+use gpu_affinity::solver::Mode;
 
-use crate::mode::{Choice, Floor};
+use crate::mode::Choice;
 
 /// Where the admin config lives when plugstack.conf names none.
 pub use gpu_affinity::config::DEFAULT_CONFIG;
@@ -34,7 +35,7 @@ pub struct Args {
     pub config: Option<PathBuf>,
     pub sysfs_root: Option<PathBuf>,
     pub default: Option<Choice>,
-    pub enforce: Option<Floor>,
+    pub enforce: Option<Mode>,
     pub profiles_dir: Option<PathBuf>,
     pub run_dir: Option<PathBuf>,
     /// `gres_conf=PATH`: the gres.conf slurmd reads, where discovery (next to slurmd's
@@ -50,7 +51,7 @@ pub struct Args {
 pub struct Settings {
     pub sysfs_root: PathBuf,
     pub default: Choice,
-    pub enforce: Option<Floor>,
+    pub enforce: Option<Mode>,
     /// The config file that was read, if any.
     pub config: Option<PathBuf>,
     /// The admin's fabric profiles (`*.toml`), on top of the built-in ones.
@@ -132,7 +133,7 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
                 if args.enforce.is_some() {
                     return Err(dup());
                 }
-                args.enforce = Some(Floor::parse(value).ok_or_else(|| bad("prefer or strict"))?);
+                args.enforce = Some(Mode::parse(value).ok_or_else(|| bad("prefer or strict"))?);
             }
             "profiles_dir" => {
                 if args.profiles_dir.is_some() {
@@ -232,7 +233,7 @@ mod tests {
         assert_eq!(a.config.as_deref(), Some(Path::new("/etc/x.toml")));
         assert_eq!(a.sysfs_root.as_deref(), Some(Path::new("/tmp/fx")));
         assert_eq!(a.default, Some(Choice::Prefer));
-        assert_eq!(a.enforce, Some(Floor::Strict));
+        assert_eq!(a.enforce, Some(Mode::Strict));
         assert_eq!(parse_args::<&str>(&[]), Ok(Args::default()));
     }
 
@@ -298,20 +299,14 @@ mod tests {
         );
         // Found at the default location.
         let s = settings(&Args::default(), &p, uid()).expect("settings");
-        assert_eq!(
-            (s.default, s.enforce),
-            (Choice::Prefer, Some(Floor::Prefer))
-        );
+        assert_eq!((s.default, s.enforce), (Choice::Prefer, Some(Mode::Prefer)));
         assert_eq!(s.sysfs_root, Path::new("/srv/topo"));
         assert!(!s.live());
         // Named by config=, overridden by plugstack keys.
         let args = parse_args(&[format!("config={}", p.display()), "enforce=strict".into()])
             .expect("args");
         let s = settings(&args, Path::new("/nonexistent"), uid()).expect("settings");
-        assert_eq!(
-            (s.default, s.enforce),
-            (Choice::Prefer, Some(Floor::Strict))
-        );
+        assert_eq!((s.default, s.enforce), (Choice::Prefer, Some(Mode::Strict)));
     }
 
     #[test]

@@ -11,85 +11,14 @@ use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::gpu_ids::{self, SlurmGpus};
-use gpu_affinity::solver::{self, Plan, StepRequest};
+use gpu_affinity::solver::{self, StepRequest};
 
-use crate::fabric_env::{self, StepFabric};
+use crate::fabric_env;
 use crate::host::Host;
 use crate::mode::Resolved;
-use crate::node::VendorTopology;
 use crate::run_dir;
 use crate::settings::Settings;
-
-/// Steps at or above this id are Slurm's own (batch script, extern, interactive):
-/// they are not a user's parallel step and are left alone.
-pub const FIRST_SPECIAL_STEP: u32 = 0xffff_fff0;
-
-/// The most GPUs a node is assumed to have before its topology is read (bounds the
-/// `SLURM_STEP_GPUS` check in init_post_opt).
-pub const MAX_NODE_GPUS: usize = 64;
-
-/// What user_init decided for the step; task_init acts on it.
-#[derive(Clone, Debug)]
-pub enum StepOutcome {
-    /// `off` (asked for or the site default): nothing was read, nothing is done.
-    Off,
-    /// No GPUs in the step, or a Slurm-internal step: left alone in every mode.
-    LeftAlone(&'static str),
-    /// prefer, but no plan could be made: tasks run unbound; the first task warns.
-    Unplanned {
-        warning: String,
-    },
-    /// strict, but no plan could be made: every task fails with this reason.
-    Refused {
-        reason: String,
-    },
-    /// The option value that reached this node is not valid.
-    Invalid(String),
-    Planned(Box<StepPlan>),
-}
-
-/// A solved step, kept for the tasks.
-#[derive(Clone, Debug)]
-pub struct StepPlan {
-    pub resolved: Resolved,
-    pub plan: Plan,
-    /// Each step GPU and the id the step's CUDA_VISIBLE_DEVICES used for it.
-    pub cuda_ids: Vec<(PciAddr, String)>,
-    /// The step's Slurm GPU ids (`SLURM_STEP_GPUS`), in the order of `cuda_ids`.
-    pub slurm_ids: Vec<u32>,
-    /// Slurm confines devices and numbers GPUs locally (cgroup.conf ConstrainDevices):
-    /// `--gpu-bind=map_gpu` values count the step's GPUs, and a task bound to its own
-    /// GPUs sees only those.
-    pub local_ids: bool,
-    /// The topology is the running kernel's own (`sysfs_root=/`).
-    pub live: bool,
-    pub job_id: u32,
-    pub step_id: u32,
-    /// The job owner, for the slurmd log.
-    pub uid: Option<u32>,
-    /// The vendor fabric environment for the step (node-wide and per rank), the NCCL
-    /// topology file to generate and step-wide fabric warnings.
-    pub fabric: StepFabric,
-}
-
-impl StepPlan {
-    pub fn cuda_id(&self, gpu: PciAddr) -> Option<&str> {
-        self.cuda_ids
-            .iter()
-            .find(|(a, _)| *a == gpu)
-            .map(|(_, id)| id.as_str())
-    }
-}
-
-/// The step's GPUs as Slurm named them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StepGpus {
-    /// Slurm's gres ids (positions in slurmd's device list), in Slurm's order.
-    pub global: Vec<u32>,
-    /// The ids CUDA_VISIBLE_DEVICES gives the same GPUs: equal to `global`, or local
-    /// 0..n under device confinement.
-    pub cuda: Vec<String>,
-}
+use crate::step_data::{StepGpus, StepOutcome, StepPlan, VendorTopology, unplannable};
 
 /// Read the step's GPUs from the job environment; `None` for a step without GPUs.
 ///
@@ -391,16 +320,6 @@ pub fn plan_step(
         uid: facts.uid,
         fabric: step_fabric,
     }))
-}
-
-/// A step that cannot be planned: refused under strict, left unbound under prefer.
-pub fn unplannable(resolved: Resolved, reason: String) -> StepOutcome {
-    match resolved.choice {
-        crate::mode::Choice::Strict => StepOutcome::Refused { reason },
-        _ => StepOutcome::Unplanned {
-            warning: format!("gpu-affinity: warning: {reason}; tasks run without GPU affinity"),
-        },
-    }
 }
 
 /// The verbose per-step summary: one line for the step, one per rank.

@@ -1,0 +1,87 @@
+//! `slurm_spank_init`: plugstack arguments, the admin config, option registration.
+
+use super::*;
+
+#[test]
+fn init_registers_the_option_where_users_can_give_it() {
+    for (context, registers) in [
+        (Context::Local, true),
+        (Context::Remote, true),
+        (Context::Allocator, true),
+        (Context::Slurmd, false),
+        (Context::JobScript, false),
+    ] {
+        let plugin = Plugin::new();
+        let host = FakeHost::new(context);
+        dispatch(&plugin, Hook::Init, &host, &no_os(), &[]).expect("init");
+        let names: Vec<&str> = host.registered.borrow().iter().map(|o| o.name).collect();
+        assert_eq!(
+            names == ["gpu-affinity"],
+            registers,
+            "{context:?}: {names:?}"
+        );
+    }
+}
+
+#[test]
+fn init_fails_on_an_unknown_plugstack_key_naming_it() {
+    let plugin = Plugin::new();
+    let host = FakeHost::new(Context::Remote);
+    let err = dispatch(
+        &plugin,
+        Hook::Init,
+        &host,
+        &no_os(),
+        &["sysfs=/x".to_string()],
+    )
+    .expect_err("unknown key");
+    assert!(
+        err.0.contains("unknown plugstack.conf key 'sysfs'"),
+        "{err}"
+    );
+    assert!(host.registered.borrow().is_empty());
+}
+
+/// A config plugstack.conf names is the admin's: missing is a load error in every
+/// context that reads it (srun and sbatch included), never a silent fallback to defaults
+/// that would drop its `enforce`. Only the implicit default path may be absent, and only
+/// when nothing at all is there.
+#[test]
+fn a_named_config_that_is_missing_fails_init_everywhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("absent.toml");
+    let argv = vec![
+        format!("config={}", missing.display()),
+        "enforce=strict".to_string(),
+    ];
+    for context in [Context::Local, Context::Allocator, Context::Remote] {
+        let plugin = Plugin::new();
+        let host = FakeHost::new(context);
+        let err = crate::init::init_with_config(&plugin, &host, &argv, &missing, uid())
+            .expect_err("named and missing");
+        assert!(
+            err.0.starts_with("gpu-affinity: config ")
+                && err.0.contains(&missing.display().to_string()),
+            "{context:?}: {err}"
+        );
+    }
+    // The implicit default: absent means defaults; a dangling symlink there is an error.
+    let plugin = Plugin::new();
+    let host = FakeHost::new(Context::Remote);
+    crate::init::init_with_config(&plugin, &host, &[], &missing, uid()).expect("absent default");
+    let dangling = dir.path().join("config.toml");
+    std::os::unix::fs::symlink(&missing, &dangling).expect("symlink");
+    let plugin = Plugin::new();
+    let err = crate::init::init_with_config(&plugin, &host, &[], &dangling, uid())
+        .expect_err("something is at the default path");
+    assert!(err.0.contains(&dangling.display().to_string()), "{err}");
+}
+
+#[test]
+fn plugstack_arguments_reach_the_settings() {
+    let plugin = remote_plugin(&["sysfs_root=/srv/fx", "default=prefer", "enforce=strict"]);
+    let s = plugin.settings();
+    assert_eq!(s.sysfs_root, Path::new("/srv/fx"));
+    assert_eq!(s.default, Choice::Prefer);
+    assert!(!s.live());
+}
