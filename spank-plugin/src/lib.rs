@@ -38,15 +38,17 @@
 //!
 //! # For admins (plugstack.conf)
 //!
-//! `required /usr/lib64/slurm/gpu_affinity.so [config=PATH] [sysfs_root=DIR] [default=off|prefer|strict] [enforce=prefer|strict] [profiles_dir=DIR] [run_dir=DIR]`
+//! `required /usr/lib64/slurm/gpu_affinity.so [config=PATH] [sysfs_root=DIR] [default=off|prefer|strict] [enforce=prefer|strict] [profiles_dir=DIR] [run_dir=DIR] [gres_conf=PATH]`
 //!
 //! Arguments are strict `key=value`; an unknown key or bad value is a load error naming
 //! it. `config` (default `/etc/gpu-affinity/config.toml` when present) must be owned by
 //! root and not writable by group or others; one named by `config=` that does not exist
 //! is a load error in srun and sbatch as well as on the node. Its `[plugin]` table may set `default`,
-//! `enforce`, `sysfs_root` and `run_dir`; its `[fabric]` table `force` (variables
+//! `enforce`, `sysfs_root`, `run_dir` and `gres_conf`; its `[fabric]` table `force` (variables
 //! exported even when the user set them, e.g. `force = ["NCCL_IB_HCA"]`) and
-//! `profiles_dir`. Plugstack arguments win; unknown tables and keys are errors (format
+//! `profiles_dir`. Every plugstack key but `config` is one of these, checked by the same
+//! function (`gpu_affinity::config::PluginKey`), so a bad value reads the same in both.
+//! Plugstack arguments win; unknown tables and keys are errors (format
 //! and checks: `gpu_affinity::config`, shared with `gpu-affinity explain`).
 //! `enforce` is a floor: a user's lower mode is raised, with an info line. Root-side
 //! inputs never come from the user's environment, and slurmstepd reads them as root (in

@@ -133,8 +133,8 @@ pub fn read_node(
     })
 }
 
-/// How Slurm numbers this node's GPUs: the gres.conf slurmd reads (plugstack
-/// `gres_conf=`, else next to slurmd's own slurm.conf, which on a configless node is
+/// How Slurm numbers this node's GPUs: the gres.conf slurmd reads (`gres_conf`, in
+/// plugstack.conf or the config, else next to slurmd's own slurm.conf, which on a configless node is
 /// the conf-cache), read as root. A gres.conf that cannot be used refuses the step under
 /// strict and leaves it unbound under prefer: with the numbering unknown a rank could be
 /// planned on a GPU that is not its own. Without a gres.conf at the discovered path the
@@ -162,7 +162,7 @@ fn slurm_gpus(
         }
         Ok(None) if settings.gres_conf.is_some() => {
             return Err(refuse(format!(
-                "gres.conf {} (plugstack gres_conf=) does not exist",
+                "gres.conf {} (named by gres_conf) does not exist",
                 path.display()
             )));
         }

@@ -276,7 +276,7 @@ fn a_named_gres_conf_that_is_missing_refuses_strict() {
     let err = dispatch(&plugin, Hook::TaskInit, &host.task(0, 0), &os, &[]).expect_err("refused");
     assert!(
         format!("{err:?}")
-            .contains("gres.conf /nonexistent/gres.conf (plugstack gres_conf=) does not exist"),
+            .contains("gres.conf /nonexistent/gres.conf (named by gres_conf) does not exist"),
         "{err:?}"
     );
 }
