@@ -13,9 +13,9 @@
 //! same there as in user_init), so a step without GPUs is recognised here and reads
 //! nothing, as before.
 
-use gpu_affinity::fabric::detect_with;
 use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::fabric::topo::{self, TopoDecision};
+use gpu_affinity::fabric::{Detection, detect_with};
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gpu_ids::SlurmGpus;
 use gpu_affinity::slurm::read::{cgroup_conf_path, gres_conf_path};
@@ -113,7 +113,10 @@ pub fn read_node(
                 )
             }
         };
-    let vendor_topology = topology_file(&machine, &profiles).map(|path| {
+    // Once per step: the fabric NICs, the environment and the topology decision in
+    // user_init all use this detection.
+    let detection = detect_with(&machine, &profiles);
+    let vendor_topology = topology_file(&detection, &profiles).map(|path| {
         let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path, settings.owner);
         if !matches!(
             topo::decide(&path, parsed.as_ref(), &machine),
@@ -127,6 +130,7 @@ pub fn read_node(
         machine,
         profiles,
         warnings,
+        detection,
         vendor_topology,
         slurm_gpus,
         constrain_devices,
@@ -181,8 +185,7 @@ fn slurm_gpus(
 }
 
 /// The vendor topology file of the profile the node's detection picks, if it names one.
-fn topology_file(machine: &Machine, profiles: &Profiles) -> Option<String> {
-    let detection = detect_with(machine, profiles);
+fn topology_file(detection: &Detection, profiles: &Profiles) -> Option<String> {
     profiles
         .get(&detection.profile)
         .and_then(|p| p.topology_file())

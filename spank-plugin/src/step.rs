@@ -7,18 +7,16 @@
 //! the step's cores (`S_STEP_ALLOC_CORES`) and the local task count. The solver turns them into one binding per local rank.
 
 use gpu_affinity::cpuset::CpuSet;
-use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::gpu_ids::{self, SlurmGpus};
 use gpu_affinity::solver::{self, StepRequest};
 
-use crate::fabric_env;
+use crate::fabric_env::{self, FabricSetup};
 use crate::host::Host;
 use crate::mode::Resolved;
 use crate::run_dir;
-use crate::settings::Settings;
-use crate::step_data::{StepGpus, StepOutcome, StepPlan, VendorTopology, unplannable};
+use crate::step_data::{StepGpus, StepOutcome, StepPlan, unplannable};
 
 /// Read the step's GPUs from the job environment; `None` for a step without GPUs.
 ///
@@ -235,19 +233,6 @@ pub struct StepFacts {
     pub constrain_devices: bool,
 }
 
-/// What the fabric environment is rendered from, besides the machine and the plan
-/// (read as root in init_post_opt, see [`crate::node`]).
-pub struct FabricSetup<'a> {
-    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
-    /// admin's are unusable).
-    pub profiles: &'a Profiles,
-    pub settings: &'a Settings,
-    /// Warnings from loading the profiles, shown like the fabric's own.
-    pub warnings: Vec<String>,
-    /// The profile's vendor NCCL topology file, parsed.
-    pub vendor_topology: Option<&'a VendorTopology>,
-}
-
 /// Solve the step and render its fabric environment. Problems that stop planning become
 /// `Refused` (strict) or `Unplanned` (prefer).
 pub fn plan_step(
@@ -289,18 +274,12 @@ pub fn plan_step(
         mode,
     };
     // The profile's fabric NICs, so no rank gets a NIC NCCL_IB_HCA leaves out.
-    let fabric_nics = gpu_affinity::fabric::fabric_nics(machine, fabric.profiles);
+    let fabric_nics =
+        gpu_affinity::fabric::fabric_nics_for(machine, fabric.profiles, fabric.detection);
     let plan = solver::solve_with_fabric(machine, &request, &fabric_nics);
     let topology_dir = run_dir::step_dir(&fabric.settings.run_dir, facts.job_id, facts.step_id);
-    let mut step_fabric = fabric_env::step_env(
-        machine,
-        &plan,
-        fabric.profiles,
-        fabric.settings,
-        fabric.vendor_topology,
-        &topology_dir,
-        existing_env,
-    );
+    let mut step_fabric =
+        fabric_env::step_env(machine, &plan, &fabric, &topology_dir, existing_env);
     step_fabric.warnings.splice(0..0, fabric.warnings);
     let (cuda, note) = cuda_ids(machine, &gpus, &facts.gpus);
     if let Some(note) = note {

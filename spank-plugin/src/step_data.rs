@@ -8,8 +8,8 @@
 
 use std::path::PathBuf;
 
-use gpu_affinity::fabric::Env;
 use gpu_affinity::fabric::profiles::Profiles;
+use gpu_affinity::fabric::{Detection, Env};
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::gpu_ids::SlurmGpus;
@@ -53,6 +53,9 @@ pub struct NodeInputs {
     pub profiles: Profiles,
     /// Warnings from loading the profiles, shown like the fabric's own.
     pub warnings: Vec<String>,
+    /// The node's fabric detection (vendor, instance, profile) over `machine` and
+    /// `profiles`: made once here and passed to every later use in the step.
+    pub detection: Detection,
     /// The vendor NCCL topology file the node's profile names, when it names one.
     pub vendor_topology: Option<VendorTopology>,
     /// Slurm's GPU ids on this node -> the machine's GPUs (from gres.conf, read as root).

@@ -5,11 +5,12 @@
 //! job's own (the step's GPU ids and their CUDA convention, the local task count,
 //! `SLURM_GPUS_PER_TASK`, the user's environment for "user wins") and solves.
 
+use crate::fabric_env::FabricSetup;
 use crate::guard::Failure;
 use crate::host::{Host, Os};
 use crate::node;
 use crate::state::Plugin;
-use crate::step::{self, FabricSetup, StepFacts};
+use crate::step::{self, StepFacts};
 use crate::step_data::{MAX_NODE_GPUS, NO_GPUS, Prepared, StepOutcome, unplannable};
 
 pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
@@ -70,6 +71,7 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
     };
     let mut fabric = FabricSetup {
         profiles: &node.profiles,
+        detection: &node.detection,
         settings: &settings,
         warnings: node.warnings.clone(),
         vendor_topology: node.vendor_topology.as_ref(),

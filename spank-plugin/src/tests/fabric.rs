@@ -347,3 +347,50 @@ fn an_admin_profiles_dir_others_can_write_is_refused() {
         "{err}"
     );
 }
+
+/// Fabric detection runs once per step, in init_post_opt: user_init plans the NICs and
+/// renders the environment of the profile that detection picked, never detecting again.
+/// Swapping the detection init_post_opt left (Azure's) for AWS p5's shows it: the step
+/// gets p5's EFA variables on an InfiniBand node.
+#[test]
+fn user_init_renders_the_profile_init_post_opt_detected() {
+    const P5: &str = "aws-p5";
+    assert!(
+        gpu_affinity::fabric::profiles::Profiles::builtin()
+            .get(P5)
+            .is_some()
+    );
+    let node = NodeStep::new(AZURE, "prefer", &[], &[]);
+    let Some(Prepared::Ready {
+        resolved,
+        step_id,
+        node: mut inputs,
+    }) = node.plugin.prepared().cloned()
+    else {
+        panic!("init_post_opt left a GPU step to plan");
+    };
+    assert_ne!(inputs.detection.profile, P5);
+    let azure = node.planned().fabric.env.node.get("FI_PROVIDER").cloned();
+    assert_eq!(azure, None, "Azure's profile sets no libfabric provider");
+    inputs.detection.profile = P5.into();
+    let plugin = Plugin::new();
+    plugin.set_settings(node.plugin.settings());
+    plugin.set_option(node.plugin.option());
+    plugin.set_prepared(Prepared::Ready {
+        resolved,
+        step_id,
+        node: inputs,
+    });
+    dispatch(&plugin, Hook::UserInit, &node.host, &node.os, &[]).expect("user_init");
+    let Some(StepOutcome::Planned(step)) = plugin.step() else {
+        panic!("planned: {:?}", plugin.step());
+    };
+    assert_eq!(
+        step.fabric
+            .env
+            .node
+            .get("FI_PROVIDER")
+            .map(|v| v.value.as_str()),
+        Some("efa")
+    );
+}
