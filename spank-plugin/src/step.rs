@@ -57,31 +57,6 @@ pub fn step_gpus(host: &dyn Host, node_gpus: usize) -> Result<Option<StepGpus>, 
     Ok(Some(StepGpus { global, cuda }))
 }
 
-/// `SLURM_GPUS_PER_TASK` (`--gpus-per-task=[type:]N`, a comma list of them for several
-/// types) -> GPUs per task. Slurm passes the option's own text, so a typed request reads
-/// `h100:2`; the count is what follows the last `:`. Err: the warning line naming the
-/// value (the step is then planned from its GPU and task counts).
-pub fn gpus_per_task(value: &str) -> Result<Option<u32>, String> {
-    let value = value.trim();
-    if value.is_empty() {
-        return Ok(None);
-    }
-    let mut total: u32 = 0;
-    for part in value.split(',') {
-        let count = part.rsplit_once(':').map_or(part, |(_, n)| n).trim();
-        match count.parse::<u32>() {
-            Ok(n) => total = total.saturating_add(n),
-            Err(_) => {
-                return Err(format!(
-                    "gpu-affinity: warning: SLURM_GPUS_PER_TASK='{value}' is not [type:]count; \
-                     GPUs are shared out by the step's GPU and task counts"
-                ));
-            }
-        }
-    }
-    Ok((total > 0).then_some(total))
-}
-
 /// The ids the ranks' CUDA_VISIBLE_DEVICES give the step's GPUs (`gpus`, in Slurm's order,
 /// with `step.cuda` the step's own ids for them).
 ///

@@ -6,6 +6,8 @@
 //! `SLURM_GPUS_PER_TASK`, the user's environment for "user wins") and solves.
 
 use crate::fabric_env::FabricSetup;
+use gpu_affinity::slurm::gpus_per_task;
+
 use crate::guard::Failure;
 use crate::host::{Host, Os};
 use crate::node;
@@ -78,7 +80,10 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
     };
     let gpus_per_task = match host.getenv("SLURM_GPUS_PER_TASK").ok().flatten() {
         None => None,
-        Some(value) => step::gpus_per_task(&value).unwrap_or_else(|warning| {
+        Some(value) => gpus_per_task::parse(&value).unwrap_or_else(|bad| {
+            let warning = format!(
+                "gpu-affinity: warning: {bad}; GPUs are shared out by the step's GPU and task counts"
+            );
             log::warn!("{warning}");
             fabric.warnings.push(warning);
             None

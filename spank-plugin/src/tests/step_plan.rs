@@ -59,23 +59,6 @@ fn an_inherited_cuda_visible_devices_leaves_a_cpu_step_alone_under_strict() {
 }
 
 #[test]
-fn gpus_per_task_reads_plain_and_typed_counts() {
-    assert_eq!(step::gpus_per_task("2"), Ok(Some(2)));
-    assert_eq!(step::gpus_per_task("h100:2"), Ok(Some(2)));
-    assert_eq!(
-        step::gpus_per_task(" nvidia_h100_80gb_hbm3:4 "),
-        Ok(Some(4))
-    );
-    assert_eq!(step::gpus_per_task("a100:1,h100:1"), Ok(Some(2)));
-    assert_eq!(step::gpus_per_task("0"), Ok(None));
-    assert_eq!(step::gpus_per_task(""), Ok(None));
-    for bad in ["h100", "h100:", "two", "h100:x"] {
-        let w = step::gpus_per_task(bad).expect_err(bad);
-        assert!(w.contains(&format!("SLURM_GPUS_PER_TASK='{bad}'")), "{w}");
-    }
-}
-
-#[test]
 fn a_typed_gpus_per_task_shapes_the_plan_and_a_malformed_one_is_warned_about() {
     // Four GPUs, two tasks, h100:1 per task: one GPU each (an even split would give two).
     let plugin = remote_plugin(&["default=prefer"]);
