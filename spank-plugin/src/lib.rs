@@ -84,13 +84,17 @@
 //!
 //! `build.rs` binds the installed `<slurm/spank.h>`; `spank.rs` wraps it as a [`host::Host`];
 //! one file per SPANK context (`init.rs`, `init_post_opt.rs`, `user_init.rs`,
-//! `task_post_fork.rs`, `task_init.rs`, `exit.rs`) behind `dispatch.rs`; every export
-//! runs in `guard::run`. Per step in slurmstepd: `init_post_opt` (root) settles the mode
-//! and, for a GPU step, reads the node's inputs (`node.rs`: topology, admin profiles,
-//! vendor NCCL topology file); `user_init` (the job user) adds the job's own (GPU ids,
-//! tasks, the user's environment) and solves (`step.rs`); `task_post_fork` (root) writes
-//! a generated topology file; `task_init` applies the rank's part. `fabric_env.rs` loads
-//! the profiles and calls the core's fabric facade; `run_dir.rs` owns the per-step files.
+//! `task_post_fork.rs`, `task_init.rs`, `exit.rs`, and `option_callback.rs` for the
+//! option) behind `dispatch.rs`; every export runs in `guard::run`. Only those files
+//! touch the process's `state::Plugin`; they pass settings, the option value and the
+//! step's data (`step_data.rs`, a leaf) down as values. Per step in slurmstepd:
+//! `init_post_opt` (root) settles the mode and, for a GPU step, reads the node's inputs
+//! (`node.rs`: topology, admin profiles, the fabric detection, vendor NCCL topology
+//! file); `user_init` (the job user) adds the job's own (GPU ids, tasks, the user's
+//! environment) and solves (`step.rs`); `task_post_fork` (root) writes a generated
+//! topology file; `task_init` applies the rank's part. `fabric_env.rs` loads the
+//! profiles and calls the core's fabric facade with init_post_opt's detection;
+//! `run_dir.rs` owns the per-step files.
 
 mod apply;
 mod dispatch;
