@@ -7,6 +7,7 @@
 //! enforce = "strict"            # prefer | strict: the floor a user cannot go below
 //! sysfs_root = "/"              # where the topology is read (tests, replayed dumps)
 //! run_dir = "/run/gpu-affinity" # per-step files written as root
+//! gres_conf = "/etc/slurm/gres.conf"  # unset: next to slurmd's own slurm.conf
 //!
 //! [fabric]
 //! force = ["NCCL_IB_HCA"]       # exported even when the user set them
@@ -52,7 +53,10 @@
 //! ```
 //!
 //! Every table and key is known: a typo (`[plugn]`, `enforced`) is an error, never a
-//! setting silently not applied. [`parse`] is pure; [`read_trusted`] is the thin reader,
+//! setting silently not applied. The plugin's settings ([`PluginKey`]: `[plugin]` and
+//! `[fabric] profiles_dir`) are also its plugstack.conf `key=value` arguments: one table
+//! of keys and one check ([`PluginKey::set`]) serve both, so a key cannot be valid in one
+//! and not the other, and a bad value reads the same in both. [`parse`] is pure; [`read_trusted`] is the thin reader,
 //! through [`crate::trust`] (the ownership rule and the non-blocking open every root-side
 //! input shares).
 
@@ -178,6 +182,111 @@ pub struct PluginConfig {
     pub sysfs_root: Option<PathBuf>,
     /// Absolute.
     pub run_dir: Option<PathBuf>,
+    /// Absolute: the gres.conf slurmd reads, where discovery would not find it.
+    pub gres_conf: Option<PathBuf>,
+}
+
+/// One setting of the SPANK plugin: the same key in plugstack.conf (`key=value`) and in
+/// the config file (in [`PluginKey::table`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginKey {
+    Default,
+    Enforce,
+    SysfsRoot,
+    RunDir,
+    GresConf,
+    ProfilesDir,
+}
+
+/// A plugin setting's value that is not what the key takes. Its text is the one both
+/// front ends print, behind where the value came from (a config line, plugstack.conf).
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{key} = '{value}' is invalid: expected {expected}")]
+pub struct InvalidValue {
+    pub key: &'static str,
+    pub value: String,
+    pub expected: &'static str,
+}
+
+impl PluginKey {
+    pub const ALL: [PluginKey; 6] = [
+        PluginKey::Default,
+        PluginKey::Enforce,
+        PluginKey::SysfsRoot,
+        PluginKey::RunDir,
+        PluginKey::GresConf,
+        PluginKey::ProfilesDir,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            PluginKey::Default => "default",
+            PluginKey::Enforce => "enforce",
+            PluginKey::SysfsRoot => "sysfs_root",
+            PluginKey::RunDir => "run_dir",
+            PluginKey::GresConf => "gres_conf",
+            PluginKey::ProfilesDir => "profiles_dir",
+        }
+    }
+
+    /// The config table the key sits in: profiles are the fabric's, shared with explain.
+    pub fn table(self) -> &'static str {
+        match self {
+            PluginKey::ProfilesDir => "fabric",
+            _ => "plugin",
+        }
+    }
+
+    pub fn find(name: &str) -> Option<PluginKey> {
+        PluginKey::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// The keys of `table`, for an unknown-key message.
+    pub fn names_in(table: &str) -> String {
+        let names: Vec<&str> = PluginKey::ALL
+            .into_iter()
+            .filter(|k| k.table() == table)
+            .map(PluginKey::name)
+            .collect();
+        names.join(", ")
+    }
+
+    /// Check `value` and store it in `config`: the one check of a plugin setting, for the
+    /// config file and plugstack.conf alike. Mode words may carry blanks around them.
+    pub fn set(self, config: &mut Config, value: &str) -> Result<(), InvalidValue> {
+        let invalid = |expected| InvalidValue {
+            key: self.name(),
+            value: value.to_string(),
+            expected,
+        };
+        let absolute = |expected| {
+            let path = PathBuf::from(value);
+            if path.is_absolute() {
+                Ok(Some(path))
+            } else {
+                Err(invalid(expected))
+            }
+        };
+        let plugin = &mut config.plugin;
+        match self {
+            PluginKey::Default => {
+                plugin.default = Some(
+                    Choice::parse(value.trim()).ok_or_else(|| invalid("off, prefer or strict"))?,
+                );
+            }
+            PluginKey::Enforce => {
+                plugin.enforce =
+                    Some(Mode::parse(value.trim()).ok_or_else(|| invalid("prefer or strict"))?);
+            }
+            PluginKey::SysfsRoot => plugin.sysfs_root = absolute("an absolute directory")?,
+            PluginKey::RunDir => plugin.run_dir = absolute("an absolute directory")?,
+            PluginKey::GresConf => plugin.gres_conf = absolute("an absolute path")?,
+            PluginKey::ProfilesDir => {
+                config.fabric.profiles_dir = absolute("an absolute directory")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[fabric]`: the vendor fabric environment, as the plugin exports it and explain shows it.
@@ -300,14 +409,8 @@ struct MetricsDoc {
     dcgm_job_mapping_dir: Option<Spanned<String>>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct PluginDoc {
-    default: Option<Spanned<String>>,
-    enforce: Option<Spanned<String>>,
-    sysfs_root: Option<Spanned<String>>,
-    run_dir: Option<Spanned<String>>,
-}
+/// `[plugin]`: key by key, each checked against [`PluginKey`] (unknown keys included).
+type PluginDoc = std::collections::BTreeMap<Spanned<String>, Spanned<String>>;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -350,21 +453,6 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             ),
         )
     };
-    let default = doc
-        .plugin
-        .default
-        .as_ref()
-        .map(|v| {
-            word(v, Choice::parse)
-                .ok_or_else(|| bad("[plugin] default", v, "off, prefer or strict"))
-        })
-        .transpose()?;
-    let enforce = doc
-        .plugin
-        .enforce
-        .as_ref()
-        .map(|v| word(v, Mode::parse).ok_or_else(|| bad("[plugin] enforce", v, "prefer or strict")))
-        .transpose()?;
     let dir = |key: &str, value: &Option<Spanned<String>>| {
         value
             .as_ref()
@@ -378,9 +466,30 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             })
             .transpose()
     };
-    let sysfs_root = dir("[plugin] sysfs_root", &doc.plugin.sysfs_root)?;
-    let run_dir = dir("[plugin] run_dir", &doc.plugin.run_dir)?;
-    let profiles_dir = dir("[fabric] profiles_dir", &doc.fabric.profiles_dir)?;
+    // The plugin's settings, through the check plugstack.conf arguments take too.
+    let mut settings = Config::default();
+    let mut set = |key: PluginKey, value: &Spanned<String>| {
+        key.set(&mut settings, value.get_ref())
+            .map_err(|e| at(value.span().start, format!("[{}] {e}", key.table())))
+    };
+    for (key, value) in &doc.plugin {
+        match PluginKey::find(key.get_ref()).filter(|k| k.table() == "plugin") {
+            Some(k) => set(k, value)?,
+            None => {
+                return Err(at(
+                    key.span().start,
+                    format!(
+                        "unknown key '{}' in [plugin] (known: {})",
+                        key.get_ref(),
+                        PluginKey::names_in("plugin")
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(value) = &doc.fabric.profiles_dir {
+        set(PluginKey::ProfilesDir, value)?;
+    }
     let mut force: Vec<String> = Vec::new();
     for entry in &doc.fabric.force {
         let key = entry.get_ref();
@@ -496,15 +605,10 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     Ok(Config {
         health,
-        plugin: PluginConfig {
-            default,
-            enforce,
-            sysfs_root,
-            run_dir,
-        },
+        plugin: settings.plugin,
         fabric: FabricConfig {
             force,
-            profiles_dir,
+            profiles_dir: settings.fabric.profiles_dir,
         },
     })
 }
@@ -526,11 +630,6 @@ fn force_problem(key: &str, earlier: &[String]) -> Option<&'static str> {
     } else {
         None
     }
-}
-
-/// A mode word, blanks around it tolerated.
-fn word<T>(value: &Spanned<String>, parse: fn(&str) -> Option<T>) -> Option<T> {
-    parse(value.get_ref().trim())
 }
 
 /// The trimmed source line around `offset`.
@@ -614,7 +713,7 @@ mod tests {
     fn every_key_parses() {
         let c = parse(
             "[plugin]\ndefault = \" prefer\"\nenforce = \"strict\"\nsysfs_root = \"/srv/topo\"\nrun_dir = \"/srv/run\"\n\
-             [fabric]\nforce = [\"NCCL_IB_HCA\", \"NCCL_SOCKET_IFNAME\"]\nprofiles_dir = \"/srv/profiles.d\"\n",
+             gres_conf = \"/etc/slurm/gres.conf\"\n[fabric]\nforce = [\"NCCL_IB_HCA\", \"NCCL_SOCKET_IFNAME\"]\nprofiles_dir = \"/srv/profiles.d\"\n",
         )
         .expect("valid config");
         assert_eq!(
@@ -625,6 +724,7 @@ mod tests {
                     enforce: Some(Mode::Strict),
                     sysfs_root: Some("/srv/topo".into()),
                     run_dir: Some("/srv/run".into()),
+                    gres_conf: Some("/etc/slurm/gres.conf".into()),
                 },
                 fabric: FabricConfig {
                     force: vec!["NCCL_IB_HCA".into(), "NCCL_SOCKET_IFNAME".into()],
@@ -851,6 +951,40 @@ mod tests {
             let e = err(text);
             assert!(e.starts_with(want), "{text}: {e}");
         }
+    }
+
+    /// The plugin's keys are one table: each sits in its config table, a key outside the
+    /// table is unknown there, and a bad value reads as `PluginKey::set` says (plugstack.conf
+    /// prints the same text: spank-plugin settings.rs tests it against this one).
+    #[test]
+    fn plugin_keys_are_one_table_for_the_file() {
+        for key in PluginKey::ALL {
+            assert_eq!(PluginKey::find(key.name()), Some(key));
+            let good = match key {
+                PluginKey::Default | PluginKey::Enforce => "strict",
+                _ => "/abs",
+            };
+            let text = format!("[{}]\n{} = \"{good}\"\n", key.table(), key.name());
+            let parsed = parse(&text).expect(&text);
+            let mut want = Config::default();
+            key.set(&mut want, good).expect(good);
+            assert_eq!(parsed, want, "{text}");
+            let bad = format!("[{}]\n{} = \"rel\"\n", key.table(), key.name());
+            let message = key
+                .set(&mut Config::default(), "rel")
+                .expect_err("rel")
+                .to_string();
+            assert_eq!(
+                err(&bad),
+                format!("config line 2: [{}] {message}", key.table()),
+                "{bad}"
+            );
+        }
+        let e = err("[plugin]\nprofiles_dir = \"/p\"\n");
+        assert!(
+            e.contains("unknown key 'profiles_dir' in [plugin] (known: default, enforce, sysfs_root, run_dir, gres_conf)"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -94,8 +94,8 @@ fn mode_word(word: &str) -> Result<Mode, String> {
 
 pub fn run(args: &Args) -> Result<ExitCode, CliError> {
     let machine = args.source.load()?;
-    let request = step_request(&machine, args)?;
     let (config, profiles) = fabric_setup(args)?;
+    let request = step_request(&machine, args, &config)?;
     // The profile's fabric, as in the plugin: ranks get only NICs NCCL_IB_HCA lists.
     let fabric_nics = fabric::fabric_nics(&machine, &profiles);
     let plan = solver::solve_with_fabric(&machine, &request, &fabric_nics);
@@ -179,14 +179,16 @@ fn fabric_for(
 }
 
 /// Slurm's GPU numbering for the node: core's one mapping, over the gres.conf the
-/// plugin would read (checked the same way).
-fn slurm_gpus(machine: &Machine, args: &Args) -> Result<SlurmGpus, CliError> {
-    let path = args.gres_conf.clone().unwrap_or_else(|| {
+/// plugin would read (`--gres-conf`, else the config's `[plugin] gres_conf`, else next
+/// to slurm.conf; checked the same way).
+fn slurm_gpus(machine: &Machine, args: &Args, config: &Config) -> Result<SlurmGpus, CliError> {
+    let named = args.gres_conf.clone().or(config.plugin.gres_conf.clone());
+    let path = named.clone().unwrap_or_else(|| {
         read::gres_conf_path(std::env::var_os("SLURM_CONF").map(PathBuf::from).as_deref())
     });
     let conf = read::read_gres_conf(&path, args.trusted_owner)
         .map_err(|e| CliError(format!("gpu-affinity: {e}")))?;
-    if conf.is_none() && args.gres_conf.is_some() {
+    if conf.is_none() && named.is_some() {
         return Err(CliError(format!(
             "gpu-affinity: gres.conf {} does not exist",
             path.display()
@@ -206,7 +208,7 @@ fn slurm_gpus(machine: &Machine, args: &Args) -> Result<SlurmGpus, CliError> {
     ))
 }
 
-fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError> {
+fn step_request(machine: &Machine, args: &Args, config: &Config) -> Result<StepRequest, CliError> {
     let gpus = if args.gpus.is_empty() {
         machine
             .gpus_in_slurm_order()
@@ -214,7 +216,7 @@ fn step_request(machine: &Machine, args: &Args) -> Result<StepRequest, CliError>
             .map(|g| g.pci)
             .collect()
     } else {
-        let numbering = slurm_gpus(machine, args)?;
+        let numbering = slurm_gpus(machine, args, config)?;
         args.gpus
             .iter()
             .map(|item| resolve_gpu(machine, &numbering, item))

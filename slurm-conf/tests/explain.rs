@@ -356,6 +356,26 @@ fn fixture_tree_is_world_readable_whatever_the_umask() {
 
 /// `--gpus` takes Slurm's ids through gres.conf, as the plugin does: with
 /// `File=/dev/nvidia[5,4]` id 0 is the GPU with minor 5, not the first by minor.
+/// The PCI address of the GPU at /dev/nvidia`minor`.
+fn pci_of_minor(machine: &Machine, minor: u32) -> String {
+    machine
+        .gpus
+        .iter()
+        .find(|g| g.minor == Some(minor))
+        .map(|g| g.pci.to_string())
+        .expect("minor")
+}
+
+/// Each rank's first GPU in explain's JSON.
+fn first_gpus(json: &Value) -> Vec<String> {
+    json["ranks"]
+        .as_array()
+        .expect("ranks")
+        .iter()
+        .map(|r| r["gpus"][0].as_str().expect("gpu").to_string())
+        .collect()
+}
+
 #[test]
 fn gpus_are_numbered_through_gres_conf() {
     use std::os::unix::fs::MetadataExt;
@@ -368,14 +388,7 @@ fn gpus_are_numbered_through_gres_conf() {
         .to_string();
     let gres_arg = gres.to_string_lossy().into_owned();
     let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
-    let by_minor = |m: u32| {
-        machine
-            .gpus
-            .iter()
-            .find(|g| g.minor == Some(m))
-            .map(|g| g.pci.to_string())
-            .expect("minor")
-    };
+    let by_minor = |m: u32| pci_of_minor(&machine, m);
     let out = gpu_affinity(&[
         "explain",
         "--machine",
@@ -395,12 +408,7 @@ fn gpus_are_numbered_through_gres_conf() {
         String::from_utf8_lossy(&out.stderr)
     );
     let json: Value = serde_json::from_slice(&out.stdout).expect("json");
-    let gpus: Vec<String> = json["ranks"]
-        .as_array()
-        .expect("ranks")
-        .iter()
-        .map(|r| r["gpus"][0].as_str().expect("gpu").to_string())
-        .collect();
+    let gpus = first_gpus(&json);
     assert_eq!(gpus, vec![by_minor(5), by_minor(4)]);
     let out = gpu_affinity(&[
         "explain",
@@ -415,4 +423,60 @@ fn gpus_are_numbered_through_gres_conf() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not among the node's 2 GPU ids"));
+}
+
+/// The config's `[plugin] gres_conf` (a plugin setting, like plugstack `gres_conf=`)
+/// numbers explain's GPUs as it numbers the plugin's.
+#[test]
+fn the_configs_gres_conf_numbers_the_gpus_too() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gres = dir.path().join("gres.conf");
+    std::fs::write(&gres, "Name=gpu File=/dev/nvidia[5,4]\n").expect("write");
+    let config = dir.path().join("config.toml");
+    let write_config = |gres: &Path| {
+        let text = format!("[plugin]\ngres_conf = \"{}\"\n", gres.display());
+        std::fs::write(&config, text).expect("write config");
+    };
+    let owner = std::fs::metadata(dir.path())
+        .expect("meta")
+        .uid()
+        .to_string();
+    let config_arg = config.to_string_lossy().into_owned();
+    let explain = || {
+        gpu_affinity(&[
+            "explain",
+            "--machine",
+            "p5.48xlarge",
+            "--gpus",
+            "0,1",
+            "--config",
+            &config_arg,
+            "--trusted-owner",
+            &owner,
+            "--json",
+        ])
+    };
+    write_config(&gres);
+    let out = explain();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    let by_minor = |m: u32| pci_of_minor(&machine, m);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let gpus = first_gpus(&json);
+    assert_eq!(gpus, vec![by_minor(5), by_minor(4)]);
+    // Named there and missing: an error, as in the plugin.
+    write_config(&dir.path().join("absent.conf"));
+    let out = explain();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("absent.conf does not exist"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

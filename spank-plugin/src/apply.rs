@@ -16,7 +16,8 @@ use crate::host::{Host, MemPolicy, Os};
 use crate::mode::Choice;
 use crate::os::list;
 use crate::run_dir;
-use crate::step::{StepPlan, join};
+use crate::step::join;
+use crate::step_data::StepPlan;
 
 /// The advice a strict refusal for one of the plugin's own problems (not the solver's,
 /// which carry their own) ends with.

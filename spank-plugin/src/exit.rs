@@ -3,7 +3,7 @@
 
 use crate::guard::Failure;
 use crate::state::Plugin;
-use crate::step::StepOutcome;
+use crate::step_data::StepOutcome;
 
 pub fn exit(plugin: &Plugin) -> Result<(), Failure> {
     if let Some(dir) = plugin.step_dir()

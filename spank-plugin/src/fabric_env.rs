@@ -12,37 +12,30 @@
 //! path comes from a profile, and the generated topology goes to the root-owned
 //! `run_dir`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use gpu_affinity::fabric::profiles::{self, Profiles};
-use gpu_affinity::fabric::{self, Env, StepInputs};
+use gpu_affinity::fabric::{self, Detection, Env, StepInputs};
 use gpu_affinity::model::Machine;
 use gpu_affinity::solver::Plan;
 
-use crate::node::VendorTopology;
 use crate::run_dir::TOPOLOGY_FILE;
 use crate::settings::Settings;
+use crate::step_data::{GeneratedTopology, StepFabric, VendorTopology};
 
-/// The NCCL topology file generated for this step, written as root in task_post_fork.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GeneratedTopology {
-    /// The step directory under run_dir.
-    pub dir: PathBuf,
-    /// `dir/nccl-topo.xml`, the value NCCL_TOPO_FILE carries.
-    pub file: PathBuf,
-    pub xml: String,
-    /// The uid the written file belongs to (root; tests: their own).
-    pub owner: u32,
-}
-
-/// The step's fabric environment as the plugin keeps it.
-#[derive(Clone, Debug, Default)]
-pub struct StepFabric {
-    pub env: Env,
-    /// Set when NCCL_TOPO_FILE points at a file this step must write.
-    pub topology: Option<GeneratedTopology>,
-    /// Step-wide warnings the node's first task shows its user.
+/// What the fabric environment is rendered from, besides the machine and the plan
+/// (read as root in init_post_opt, see [`crate::node`]).
+pub struct FabricSetup<'a> {
+    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
+    /// admin's are unusable).
+    pub profiles: &'a Profiles,
+    /// The node's detection over the machine and `profiles`, made in init_post_opt.
+    pub detection: &'a Detection,
+    pub settings: &'a Settings,
+    /// Warnings from loading the profiles, shown like the fabric's own.
     pub warnings: Vec<String>,
+    /// The profile's vendor NCCL topology file, parsed.
+    pub vendor_topology: Option<&'a VendorTopology>,
 }
 
 /// The built-in profiles plus the admin's from `dir` (the core's one trusted loader,
@@ -53,37 +46,35 @@ pub fn load_profiles(dir: &Path, owner: u32) -> Result<Profiles, String> {
     profiles::load_trusted(dir, owner).map_err(|e| e.to_string())
 }
 
-/// Detect the vendor, render the profile for `plan` and settle NCCL_TOPO_FILE.
-/// `vendor` is the profile's vendor topology file as init_post_opt read it;
+/// Render the profile of `setup.detection` (init_post_opt's, on the same machine and
+/// profiles) for `plan` and settle NCCL_TOPO_FILE. `setup.vendor_topology` is the profile's vendor topology file as init_post_opt read it;
 /// `topology_dir` is where a generated topology file would go; `existing` answers from
 /// the job environment.
 pub fn step_env(
     machine: &Machine,
     plan: &Plan,
-    profiles: &Profiles,
-    settings: &Settings,
-    vendor: Option<&VendorTopology>,
+    setup: &FabricSetup<'_>,
     topology_dir: &Path,
     existing: &dyn Fn(&str) -> Option<String>,
 ) -> StepFabric {
     let file = topology_dir.join(TOPOLOGY_FILE);
     let file_text = file.to_string_lossy().into_owned();
-    // Detection runs again here (and in fabric_nics) on the same machine and profiles as
-    // init_post_opt's, so it names the same file; nothing is read from disk now (user_init
-    // runs as the job user).
+    // The detection is init_post_opt's, so the profile names the file read there; nothing
+    // is read from disk now (user_init runs as the job user).
     let vendor_topology = |path: &str| {
-        vendor
+        setup
+            .vendor_topology
             .filter(|v| v.path == path)
             .and_then(|v| v.parsed.clone())
     };
     let inputs = StepInputs {
-        profiles,
+        profiles: setup.profiles,
         existing,
-        forced: &settings.force,
+        forced: &setup.settings.force,
         vendor_topology: &vendor_topology,
         generated_topology_path: &file_text,
     };
-    let fabric = fabric::step_fabric(machine, plan, &inputs);
+    let fabric = fabric::step_fabric_for(machine, plan, &inputs, setup.detection.clone());
     log::debug!(
         "gpu-affinity: fabric profile {} (vendor {}, instance {})",
         fabric.detection.profile,
@@ -103,7 +94,7 @@ pub fn step_env(
             dir: topology_dir.to_path_buf(),
             file,
             xml,
-            owner: settings.owner,
+            owner: setup.settings.owner,
         }),
         env: fabric.env,
         warnings,

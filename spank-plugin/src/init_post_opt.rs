@@ -12,12 +12,13 @@
 use crate::guard::Failure;
 use crate::host::{Host, Os};
 use crate::mode::resolve;
-use crate::node::{self, Prepared};
+use crate::node;
 use crate::options::user_choice;
 use crate::state::Plugin;
+use crate::step_data::Prepared;
 
 pub fn init_post_opt(plugin: &Plugin, host: &dyn Host) -> Result<(), Failure> {
-    let user = user_choice(plugin, |name| host.process_env(name))?;
+    let user = user_choice(plugin.option(), |name| host.process_env(name))?;
     let settings = plugin.settings();
     let resolved = resolve(user, settings.default, settings.enforce);
     if let Some(note) = resolved.raise_note() {
@@ -27,7 +28,7 @@ pub fn init_post_opt(plugin: &Plugin, host: &dyn Host) -> Result<(), Failure> {
 }
 
 pub fn remote(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
-    let prepared = node::prepare(plugin, host, os);
+    let prepared = node::prepare(&plugin.settings(), plugin.option(), host, os);
     if let Prepared::Decided(outcome) = &prepared {
         log::trace!("gpu-affinity: settled in init_post_opt: {outcome:?}");
     }

@@ -38,15 +38,17 @@
 //!
 //! # For admins (plugstack.conf)
 //!
-//! `required /usr/lib64/slurm/gpu_affinity.so [config=PATH] [sysfs_root=DIR] [default=off|prefer|strict] [enforce=prefer|strict] [profiles_dir=DIR] [run_dir=DIR]`
+//! `required /usr/lib64/slurm/gpu_affinity.so [config=PATH] [sysfs_root=DIR] [default=off|prefer|strict] [enforce=prefer|strict] [profiles_dir=DIR] [run_dir=DIR] [gres_conf=PATH]`
 //!
 //! Arguments are strict `key=value`; an unknown key or bad value is a load error naming
 //! it. `config` (default `/etc/gpu-affinity/config.toml` when present) must be owned by
 //! root and not writable by group or others; one named by `config=` that does not exist
 //! is a load error in srun and sbatch as well as on the node. Its `[plugin]` table may set `default`,
-//! `enforce`, `sysfs_root` and `run_dir`; its `[fabric]` table `force` (variables
+//! `enforce`, `sysfs_root`, `run_dir` and `gres_conf`; its `[fabric]` table `force` (variables
 //! exported even when the user set them, e.g. `force = ["NCCL_IB_HCA"]`) and
-//! `profiles_dir`. Plugstack arguments win; unknown tables and keys are errors (format
+//! `profiles_dir`. Every plugstack key but `config` is one of these, checked by the same
+//! function (`gpu_affinity::config::PluginKey`), so a bad value reads the same in both.
+//! Plugstack arguments win; unknown tables and keys are errors (format
 //! and checks: `gpu_affinity::config`, shared with `gpu-affinity explain`).
 //! `enforce` is a floor: a user's lower mode is raised, with an info line. Root-side
 //! inputs never come from the user's environment, and slurmstepd reads them as root (in
@@ -82,13 +84,17 @@
 //!
 //! `build.rs` binds the installed `<slurm/spank.h>`; `spank.rs` wraps it as a [`host::Host`];
 //! one file per SPANK context (`init.rs`, `init_post_opt.rs`, `user_init.rs`,
-//! `task_post_fork.rs`, `task_init.rs`, `exit.rs`) behind `dispatch.rs`; every export
-//! runs in `guard::run`. Per step in slurmstepd: `init_post_opt` (root) settles the mode
-//! and, for a GPU step, reads the node's inputs (`node.rs`: topology, admin profiles,
-//! vendor NCCL topology file); `user_init` (the job user) adds the job's own (GPU ids,
-//! tasks, the user's environment) and solves (`step.rs`); `task_post_fork` (root) writes
-//! a generated topology file; `task_init` applies the rank's part. `fabric_env.rs` loads
-//! the profiles and calls the core's fabric facade; `run_dir.rs` owns the per-step files.
+//! `task_post_fork.rs`, `task_init.rs`, `exit.rs`, and `option_callback.rs` for the
+//! option) behind `dispatch.rs`; every export runs in `guard::run`. Only those files
+//! touch the process's `state::Plugin`; they pass settings, the option value and the
+//! step's data (`step_data.rs`, a leaf) down as values. Per step in slurmstepd:
+//! `init_post_opt` (root) settles the mode and, for a GPU step, reads the node's inputs
+//! (`node.rs`: topology, admin profiles, the fabric detection, vendor NCCL topology
+//! file); `user_init` (the job user) adds the job's own (GPU ids, tasks, the user's
+//! environment) and solves (`step.rs`); `task_post_fork` (root) writes a generated
+//! topology file; `task_init` applies the rank's part. `fabric_env.rs` loads the
+//! profiles and calls the core's fabric facade with init_post_opt's detection;
+//! `run_dir.rs` owns the per-step files.
 
 mod apply;
 mod dispatch;
@@ -109,6 +115,7 @@ mod init_post_opt;
 mod logger;
 mod mode;
 mod node;
+mod option_callback;
 mod options;
 mod os;
 mod run_dir;
@@ -117,6 +124,7 @@ mod settings;
 mod spank;
 mod state;
 mod step;
+mod step_data;
 mod task_init;
 mod task_post_fork;
 mod topology;
@@ -176,7 +184,7 @@ pub(crate) unsafe extern "C" fn option_callback(
                     .into_owned(),
             )
         };
-        options::on_option(&PLUGIN, value.as_deref(), remote != 0)
+        option_callback::on_option(&PLUGIN, value.as_deref(), remote != 0)
     })
 }
 

@@ -5,8 +5,9 @@ use std::fmt;
 /// The mode and floor words are the admin config's (core), so plugstack.conf, the config
 /// file and `--gpu-affinity` accept the same ones.
 pub use gpu_affinity::config::Choice;
-/// The admin's floor (`enforce`) is a solver mode: the weakest a step may run with.
-pub use gpu_affinity::solver::Mode as Floor;
+/// The admin's floor (`enforce`) is a solver mode, the weakest a step may run with:
+/// one type, named as core names it.
+use gpu_affinity::solver::Mode;
 
 /// The allowed values, as printed after a bad one.
 pub const ALLOWED: &str =
@@ -48,6 +49,15 @@ impl UserChoice {
     }
 }
 
+/// The `--gpu-affinity` value as the option callback saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OptionValue {
+    NotGiven,
+    Given(UserChoice),
+    /// A bad value (already reported where it was given).
+    Invalid,
+}
+
 /// The mode a step runs with, and whether the admin's floor raised it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resolved {
@@ -70,7 +80,7 @@ impl Resolved {
 }
 
 /// user value (if any) -> admin default -> admin floor.
-pub fn resolve(user: Option<UserChoice>, default: Choice, floor: Option<Floor>) -> Resolved {
+pub fn resolve(user: Option<UserChoice>, default: Choice, floor: Option<Mode>) -> Resolved {
     let asked = user.map_or(default, |u| u.choice);
     let verbose = user.is_some_and(|u| u.verbose);
     match floor.map(Choice::from) {
@@ -139,7 +149,7 @@ mod tests {
         let off = UserChoice::parse("off").ok();
         let prefer = UserChoice::parse("prefer,verbose").ok();
         let strict = UserChoice::parse("strict").ok();
-        let r = resolve(off, Choice::Off, Some(Floor::Strict));
+        let r = resolve(off, Choice::Off, Some(Mode::Strict));
         assert_eq!(
             (r.choice, r.raised_from),
             (Choice::Strict, Some(Choice::Off))
@@ -149,19 +159,19 @@ mod tests {
             note.contains("--gpu-affinity=off raised to strict"),
             "{note}"
         );
-        let r = resolve(prefer, Choice::Off, Some(Floor::Strict));
+        let r = resolve(prefer, Choice::Off, Some(Mode::Strict));
         assert_eq!(
             (r.choice, r.verbose, r.raised_from),
             (Choice::Strict, true, Some(Choice::Prefer))
         );
-        let r = resolve(off, Choice::Off, Some(Floor::Prefer));
+        let r = resolve(off, Choice::Off, Some(Mode::Prefer));
         assert_eq!(r.choice, Choice::Prefer);
         // Raising above the floor is the user's right and is no "raise".
-        let r = resolve(strict, Choice::Off, Some(Floor::Prefer));
+        let r = resolve(strict, Choice::Off, Some(Mode::Prefer));
         assert_eq!((r.choice, r.raised_from), (Choice::Strict, None));
         // No user value: the default is floored too.
         assert_eq!(
-            resolve(None, Choice::Off, Some(Floor::Prefer)).choice,
+            resolve(None, Choice::Off, Some(Mode::Prefer)).choice,
             Choice::Prefer
         );
     }

@@ -13,9 +13,9 @@
 //! same there as in user_init), so a step without GPUs is recognised here and reads
 //! nothing, as before.
 
-use gpu_affinity::fabric::detect_with;
 use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::fabric::topo::{self, TopoDecision};
+use gpu_affinity::fabric::{Detection, detect_with};
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gpu_ids::SlurmGpus;
 use gpu_affinity::slurm::read::{cgroup_conf_path, gres_conf_path};
@@ -23,64 +23,21 @@ use gpu_affinity::sources::sysfs::Detail;
 
 use crate::fabric_env;
 use crate::host::{Host, Os};
-use crate::mode::{Choice, Resolved, resolve};
+use crate::mode::{Choice, OptionValue, Resolved, resolve};
 use crate::options::user_choice;
 use crate::settings::Settings;
-use crate::state::Plugin;
-use crate::step::{self, FIRST_SPECIAL_STEP, StepOutcome};
-
-/// Why a step without GPUs is left alone (also how user_init recognises that verdict).
-pub const NO_GPUS: &str = "the step has no GPUs";
-
-/// What init_post_opt leaves for user_init.
-#[derive(Clone, Debug)]
-pub enum Prepared {
-    /// Settled before any task: off, left alone, an invalid value, or a root-side input
-    /// that failed (refused under strict, unplanned under prefer).
-    Decided(StepOutcome),
-    /// A GPU step to plan in user_init, with the node's inputs.
-    Ready {
-        resolved: Resolved,
-        step_id: u32,
-        node: Box<NodeInputs>,
-    },
-}
-
-/// The node-level inputs, read as root.
-#[derive(Clone, Debug)]
-pub struct NodeInputs {
-    /// The topology under `sysfs_root`, to [`Detail::Placement`]; with the PCIe links too
-    /// when the step may generate an NCCL topology file.
-    pub machine: Machine,
-    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
-    /// admin's are unusable).
-    pub profiles: Profiles,
-    /// Warnings from loading the profiles, shown like the fabric's own.
-    pub warnings: Vec<String>,
-    /// The vendor NCCL topology file the node's profile names, when it names one.
-    pub vendor_topology: Option<VendorTopology>,
-    /// Slurm's GPU ids on this node -> the machine's GPUs (from gres.conf, read as root).
-    pub slurm_gpus: SlurmGpus,
-    /// cgroup.conf's ConstrainDevices: Slurm confines steps and tasks to their GPUs and
-    /// numbers them locally.
-    pub constrain_devices: bool,
-}
-
-/// A profile's vendor NCCL topology file, parsed as root.
-#[derive(Clone, Debug)]
-pub struct VendorTopology {
-    /// The path as the profile names it (the key the fabric facade asks for).
-    pub path: String,
-    /// `None`: absent or unusable (already logged).
-    pub parsed: Option<Machine>,
-}
+use crate::step;
+use crate::step_data::{
+    FIRST_SPECIAL_STEP, MAX_NODE_GPUS, NO_GPUS, NodeInputs, Prepared, StepOutcome, VendorTopology,
+    unplannable,
+};
 
 /// Settle what can be settled before privileges are dropped, and read the node's inputs
-/// for a GPU step under a mode other than `off`.
-pub fn prepare(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Prepared {
-    let settings = plugin.settings();
+/// for a GPU step under a mode other than `off`. `option` is what the option callback
+/// saw.
+pub fn prepare(settings: &Settings, option: OptionValue, host: &dyn Host, os: &dyn Os) -> Prepared {
     // The user's own mode choice is read from the job environment (the env twin).
-    let user = match user_choice(plugin, |name| host.getenv(name).ok().flatten()) {
+    let user = match user_choice(option, |name| host.getenv(name).ok().flatten()) {
         Ok(u) => u,
         Err(bad) => return Prepared::Decided(StepOutcome::Invalid(bad.0)),
     };
@@ -95,7 +52,7 @@ pub fn prepare(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Prepared {
     let step_id = match host.step_id() {
         Ok(id) => id,
         Err(e) => {
-            return Prepared::Decided(step::unplannable(
+            return Prepared::Decided(unplannable(
                 resolved,
                 format!("cannot identify the step: {e}"),
             ));
@@ -108,12 +65,12 @@ pub fn prepare(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Prepared {
     }
     // Only whether the step has GPUs matters here (the machine is not read yet); the
     // ids are parsed against the node's GPU count in user_init.
-    match step::step_gpus(host, step::MAX_NODE_GPUS) {
+    match step::step_gpus(host, MAX_NODE_GPUS) {
         Ok(Some(g)) if !g.global.is_empty() => {}
         Ok(_) => return Prepared::Decided(StepOutcome::LeftAlone(NO_GPUS)),
-        Err(reason) => return Prepared::Decided(step::unplannable(resolved, reason)),
+        Err(reason) => return Prepared::Decided(unplannable(resolved, reason)),
     }
-    match read_node(&settings, resolved, os) {
+    match read_node(settings, resolved, os) {
         Ok(node) => Prepared::Ready {
             resolved,
             step_id,
@@ -132,14 +89,12 @@ pub fn read_node(
 ) -> Result<NodeInputs, StepOutcome> {
     let mut machine = os
         .read_machine(&settings.sysfs_root, Detail::Placement)
-        .map_err(|e| {
-            step::unplannable(resolved, format!("this node's topology is unknown ({e})"))
-        })?;
+        .map_err(|e| unplannable(resolved, format!("this node's topology is unknown ({e})")))?;
     let slurm_gpus = slurm_gpus(&machine, settings, resolved, os)?;
     let cgroup_conf = cgroup_conf_path(os.slurmd_conf().as_deref());
     let constrain_devices = os
         .constrain_devices(&cgroup_conf, settings.owner)
-        .map_err(|reason| step::unplannable(resolved, reason))?;
+        .map_err(|reason| unplannable(resolved, reason))?;
     // An admin profile that cannot be used is the admin's to fix: strict refuses the
     // step with the reason, prefer carries on with the built-in profiles.
     let (profiles, warnings) =
@@ -158,7 +113,10 @@ pub fn read_node(
                 )
             }
         };
-    let vendor_topology = topology_file(&machine, &profiles).map(|path| {
+    // Once per step: the fabric NICs, the environment and the topology decision in
+    // user_init all use this detection.
+    let detection = detect_with(&machine, &profiles);
+    let vendor_topology = topology_file(&detection, &profiles).map(|path| {
         let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path, settings.owner);
         if !matches!(
             topo::decide(&path, parsed.as_ref(), &machine),
@@ -172,14 +130,15 @@ pub fn read_node(
         machine,
         profiles,
         warnings,
+        detection,
         vendor_topology,
         slurm_gpus,
         constrain_devices,
     })
 }
 
-/// How Slurm numbers this node's GPUs: the gres.conf slurmd reads (plugstack
-/// `gres_conf=`, else next to slurmd's own slurm.conf, which on a configless node is
+/// How Slurm numbers this node's GPUs: the gres.conf slurmd reads (`gres_conf`, in
+/// plugstack.conf or the config, else next to slurmd's own slurm.conf, which on a configless node is
 /// the conf-cache), read as root. A gres.conf that cannot be used refuses the step under
 /// strict and leaves it unbound under prefer: with the numbering unknown a rank could be
 /// planned on a GPU that is not its own. Without a gres.conf at the discovered path the
@@ -196,7 +155,7 @@ fn slurm_gpus(
         .unwrap_or_else(|| gres_conf_path(os.slurmd_conf().as_deref()));
     let refuse = |reason: String| {
         log::error!("gpu-affinity: {reason}");
-        step::unplannable(resolved, reason)
+        unplannable(resolved, reason)
     };
     let node_gpus = match os.read_gres_conf(&path, settings.owner) {
         Ok(Some(conf)) => {
@@ -207,7 +166,7 @@ fn slurm_gpus(
         }
         Ok(None) if settings.gres_conf.is_some() => {
             return Err(refuse(format!(
-                "gres.conf {} (plugstack gres_conf=) does not exist",
+                "gres.conf {} (named by gres_conf) does not exist",
                 path.display()
             )));
         }
@@ -226,8 +185,7 @@ fn slurm_gpus(
 }
 
 /// The vendor topology file of the profile the node's detection picks, if it names one.
-fn topology_file(machine: &Machine, profiles: &Profiles) -> Option<String> {
-    let detection = detect_with(machine, profiles);
+fn topology_file(detection: &Detection, profiles: &Profiles) -> Option<String> {
     profiles
         .get(&detection.profile)
         .and_then(|p| p.topology_file())

@@ -7,8 +7,7 @@
 
 use crate::guard::Failure;
 use crate::host::OptionSpec;
-use crate::mode::{BadValue, UserChoice};
-use crate::state::{OptionValue, Plugin};
+use crate::mode::{BadValue, OptionValue, UserChoice};
 
 pub const OPTION: OptionSpec = OptionSpec {
     name: "gpu-affinity",
@@ -22,34 +21,30 @@ pub const OPTION: OptionSpec = OptionSpec {
 /// The environment twin of the option.
 pub const ENV_TWIN: &str = "SLURM_GPU_AFFINITY";
 
-/// The option callback's logic. A bad value is an error, so srun/sbatch exit with
-/// "Invalid --gpu-affinity argument" before launching anything; the logged line lists
-/// the allowed values.
-pub fn on_option(plugin: &Plugin, optarg: Option<&str>, remote: bool) -> Result<(), Failure> {
-    let value = optarg.unwrap_or("");
-    match UserChoice::parse(value) {
-        Ok(choice) => {
-            plugin.set_option(OptionValue::Given(choice));
-            Ok(())
-        }
+/// The option callback's logic: what to remember, and the hook's result. A bad value
+/// is an error, so srun/sbatch exit with "Invalid --gpu-affinity argument" before
+/// launching anything; the logged line lists the allowed values.
+pub fn parse_option(optarg: Option<&str>, remote: bool) -> (OptionValue, Result<(), Failure>) {
+    match UserChoice::parse(optarg.unwrap_or("")) {
+        Ok(choice) => (OptionValue::Given(choice), Ok(())),
         Err(bad) => {
-            plugin.set_option(OptionValue::Invalid);
             let origin = if remote {
                 " (forwarded to this node)"
             } else {
                 ""
             };
-            Err(Failure(format!("{bad}{origin}")))
+            (OptionValue::Invalid, Err(Failure(format!("{bad}{origin}"))))
         }
     }
 }
 
-/// The user's choice: the option if given, else the twin variable from `env`.
+/// The user's choice: the option if given (`option`, as the callback left it), else the
+/// twin variable from `env`.
 pub fn user_choice(
-    plugin: &Plugin,
+    option: OptionValue,
     env: impl FnOnce(&str) -> Option<String>,
 ) -> Result<Option<UserChoice>, Failure> {
-    match plugin.option() {
+    match option {
         OptionValue::Given(choice) => Ok(Some(choice)),
         OptionValue::Invalid => Err(Failure(
             BadValue("(invalid --gpu-affinity value)".into()).to_string(),

@@ -6,10 +6,11 @@
 
 use std::path::{Path, PathBuf};
 
-use gpu_affinity::config::{self, Config};
+use gpu_affinity::config::{self, Config, InvalidValue, PluginKey};
 use gpu_affinity::fabric::profiles::DEFAULT_PROFILE_DIR;
+use gpu_affinity::solver::Mode;
 
-use crate::mode::{Choice, Floor};
+use crate::mode::Choice;
 
 /// Where the admin config lives when plugstack.conf names none.
 pub use gpu_affinity::config::DEFAULT_CONFIG;
@@ -29,17 +30,13 @@ pub const PANIC_HOOKS: &[&str] = &[
 ];
 
 /// The plugstack.conf arguments, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Args {
+    /// `config=PATH`: the config file itself (the one key the file cannot hold).
     pub config: Option<PathBuf>,
-    pub sysfs_root: Option<PathBuf>,
-    pub default: Option<Choice>,
-    pub enforce: Option<Floor>,
-    pub profiles_dir: Option<PathBuf>,
-    pub run_dir: Option<PathBuf>,
-    /// `gres_conf=PATH`: the gres.conf slurmd reads, where discovery (next to slurmd's
-    /// own SLURM_CONF) would not find it.
-    pub gres_conf: Option<PathBuf>,
+    /// Every other key, in the config file's own struct and through the same check
+    /// (core's [`PluginKey`]), so a plugstack key is a config key and the reverse.
+    pub given: Config,
     /// `test_panic=HOOK` (builds with the `panic-test` feature only).
     pub test_panic: Option<String>,
 }
@@ -50,14 +47,14 @@ pub struct Args {
 pub struct Settings {
     pub sysfs_root: PathBuf,
     pub default: Choice,
-    pub enforce: Option<Floor>,
+    pub enforce: Option<Mode>,
     /// The config file that was read, if any.
     pub config: Option<PathBuf>,
     /// The admin's fabric profiles (`*.toml`), on top of the built-in ones.
     pub profiles_dir: PathBuf,
     /// Root-owned base of the per-step directories (a generated NCCL topology file).
     pub run_dir: PathBuf,
-    /// gres.conf named in plugstack.conf (`None`: next to slurmd's slurm.conf). A named
+    /// gres.conf named by `gres_conf` (`None`: next to slurmd's slurm.conf). A named
     /// file that is missing is an error; a discovered one that is missing is not.
     pub gres_conf: Option<PathBuf>,
     /// Fabric variables exported even when the user set them (`[fabric] force`).
@@ -93,9 +90,11 @@ impl Settings {
 }
 
 /// Parse plugstack.conf arguments strictly: `key=value` only, known keys only, each at
-/// most once. The error is one line naming the offending argument.
+/// most once. The error is one line naming the offending argument; a bad value reads as
+/// it would in the config file (core's [`InvalidValue`]).
 pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
     let mut args = Args::default();
+    let mut seen: Vec<&str> = Vec::new();
     for raw in argv {
         let raw = raw.as_ref();
         let Some((key, value)) = raw.split_once('=') else {
@@ -103,76 +102,47 @@ pub fn parse_args<S: AsRef<str>>(argv: &[S]) -> Result<Args, String> {
                 "gpu-affinity: plugstack.conf argument '{raw}' is not key=value"
             ));
         };
-        let dup = || format!("gpu-affinity: plugstack.conf key '{key}' given twice");
-        let bad = |what: &str| {
-            format!("gpu-affinity: plugstack.conf {key}='{value}' is invalid: expected {what}")
-        };
-        match key {
-            "config" => {
-                if args.config.is_some() {
-                    return Err(dup());
+        if seen.contains(&key) {
+            return Err(format!(
+                "gpu-affinity: plugstack.conf key '{key}' given twice"
+            ));
+        }
+        seen.push(key);
+        let invalid = |e: InvalidValue| format!("gpu-affinity: plugstack.conf: {e}");
+        match (key, PluginKey::find(key)) {
+            (_, Some(k)) => k.set(&mut args.given, value).map_err(invalid)?,
+            ("config", None) => {
+                let path = PathBuf::from(value);
+                if !path.is_absolute() {
+                    return Err(invalid(InvalidValue {
+                        key: "config",
+                        value: value.to_string(),
+                        expected: "an absolute path",
+                    }));
                 }
-                args.config = Some(absolute(value).ok_or_else(|| bad("an absolute path"))?);
-            }
-            "sysfs_root" => {
-                if args.sysfs_root.is_some() {
-                    return Err(dup());
-                }
-                args.sysfs_root =
-                    Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
-            }
-            "default" => {
-                if args.default.is_some() {
-                    return Err(dup());
-                }
-                args.default =
-                    Some(Choice::parse(value).ok_or_else(|| bad("off, prefer or strict"))?);
-            }
-            "enforce" => {
-                if args.enforce.is_some() {
-                    return Err(dup());
-                }
-                args.enforce = Some(Floor::parse(value).ok_or_else(|| bad("prefer or strict"))?);
-            }
-            "profiles_dir" => {
-                if args.profiles_dir.is_some() {
-                    return Err(dup());
-                }
-                args.profiles_dir =
-                    Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
-            }
-            "run_dir" => {
-                if args.run_dir.is_some() {
-                    return Err(dup());
-                }
-                args.run_dir = Some(absolute(value).ok_or_else(|| bad("an absolute directory"))?);
-            }
-            "gres_conf" => {
-                if args.gres_conf.is_some() {
-                    return Err(dup());
-                }
-                args.gres_conf = Some(absolute(value).ok_or_else(|| bad("an absolute path"))?);
+                args.config = Some(path);
             }
             #[cfg(feature = "panic-test")]
-            "test_panic" => {
+            ("test_panic", None) => {
                 if !PANIC_HOOKS.contains(&value) {
-                    return Err(bad(&PANIC_HOOKS.join(", ")));
+                    return Err(invalid(InvalidValue {
+                        key: "test_panic",
+                        value: value.to_string(),
+                        expected: "a hook name",
+                    }));
                 }
                 args.test_panic = Some(value.to_string());
             }
             _ => {
+                let known: Vec<&str> = PluginKey::ALL.into_iter().map(PluginKey::name).collect();
                 return Err(format!(
-                    "gpu-affinity: unknown plugstack.conf key '{key}' (known: config, sysfs_root, default, enforce, profiles_dir, run_dir, gres_conf)"
+                    "gpu-affinity: unknown plugstack.conf key '{key}' (known: config, {})",
+                    known.join(", ")
                 ));
             }
         }
     }
     Ok(args)
-}
-
-fn absolute(value: &str) -> Option<PathBuf> {
-    let path = PathBuf::from(value);
-    path.is_absolute().then_some(path)
 }
 
 /// Combine the arguments with the config file (format and checks: `gpu_affinity::config`).
@@ -184,27 +154,35 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
         Some(p) => config::read_trusted(p, owner).map_err(|e| format!("gpu-affinity: {e}"))?,
         None => Config::default(),
     };
+    let given = &args.given;
     let base = Settings::default();
     Ok(Settings {
-        sysfs_root: args
+        sysfs_root: given
+            .plugin
             .sysfs_root
             .clone()
             .or(plugin.sysfs_root)
             .unwrap_or(base.sysfs_root),
-        default: args.default.or(plugin.default).unwrap_or(base.default),
-        enforce: args.enforce.or(plugin.enforce),
+        default: given
+            .plugin
+            .default
+            .or(plugin.default)
+            .unwrap_or(base.default),
+        enforce: given.plugin.enforce.or(plugin.enforce),
         config: path,
-        profiles_dir: args
+        profiles_dir: given
+            .fabric
             .profiles_dir
             .clone()
             .or(fabric.profiles_dir)
             .unwrap_or(base.profiles_dir),
-        run_dir: args
+        run_dir: given
+            .plugin
             .run_dir
             .clone()
             .or(plugin.run_dir)
             .unwrap_or(base.run_dir),
-        gres_conf: args.gres_conf.clone(),
+        gres_conf: given.plugin.gres_conf.clone().or(plugin.gres_conf),
         force: fabric.force,
         owner,
         test_panic: args.test_panic.clone(),
@@ -230,10 +208,73 @@ mod tests {
         ])
         .expect("valid args");
         assert_eq!(a.config.as_deref(), Some(Path::new("/etc/x.toml")));
-        assert_eq!(a.sysfs_root.as_deref(), Some(Path::new("/tmp/fx")));
-        assert_eq!(a.default, Some(Choice::Prefer));
-        assert_eq!(a.enforce, Some(Floor::Strict));
+        assert_eq!(
+            a.given.plugin.sysfs_root.as_deref(),
+            Some(Path::new("/tmp/fx"))
+        );
+        assert_eq!(a.given.plugin.default, Some(Choice::Prefer));
+        assert_eq!(a.given.plugin.enforce, Some(Mode::Strict));
         assert_eq!(parse_args::<&str>(&[]), Ok(Args::default()));
+    }
+
+    /// plugstack.conf and the config file take the same keys (`config=` aside: it names
+    /// the file) through core's one check: every key is accepted by both with the same
+    /// result, a bad value reads the same in both, and a key either lacks is unknown in
+    /// the other too.
+    #[test]
+    fn plugstack_keys_are_the_config_files_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for key in PluginKey::ALL {
+            let good = match key {
+                PluginKey::Default | PluginKey::Enforce => "strict",
+                _ => "/abs/dir",
+            };
+            let name = key.name();
+            let from_args = parse_args(&[format!("{name}={good}")]).expect(name);
+            let p = write_config(
+                dir.path(),
+                &format!("[{}]\n{name} = \"{good}\"\n", key.table()),
+                0o644,
+            );
+            let from_file = config::read_trusted(&p, uid()).expect(name);
+            assert_eq!(from_args.given, from_file, "{name}");
+            assert_eq!(
+                settings(&from_args, Path::new("/nonexistent"), uid()),
+                settings(&Args::default(), &p, uid()).map(|s| Settings { config: None, ..s }),
+                "{name}"
+            );
+            for bad in ["relative", "sometimes"] {
+                let arg_err = parse_args(&[format!("{name}={bad}")]).expect_err(name);
+                let p = write_config(
+                    dir.path(),
+                    &format!("[{}]\n{name} = \"{bad}\"\n", key.table()),
+                    0o644,
+                );
+                let file_err = config::read_trusted(&p, uid()).expect_err(name).to_string();
+                let message = format!("{name} = '{bad}' is invalid: expected ");
+                let tail = |e: &str| e.split_once(&message).map(|(_, t)| t.to_string());
+                assert!(tail(&arg_err).is_some(), "{arg_err}");
+                assert_eq!(tail(&arg_err), tail(&file_err), "{arg_err} / {file_err}");
+            }
+        }
+        for unknown in ["enforced", "force", "config"] {
+            let arg_err = parse_args(&[format!("{unknown}=x")]);
+            let p = write_config(dir.path(), &format!("[plugin]\n{unknown} = \"x\"\n"), 0o644);
+            let file_err = config::read_trusted(&p, uid())
+                .expect_err(unknown)
+                .to_string();
+            assert!(
+                file_err.contains(&format!("unknown key '{unknown}' in [plugin]")),
+                "{file_err}"
+            );
+            if unknown != "config" {
+                let arg_err = arg_err.expect_err(unknown);
+                assert!(
+                    arg_err.contains(&format!("unknown plugstack.conf key '{unknown}'")),
+                    "{arg_err}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -259,10 +300,10 @@ mod tests {
     #[test]
     fn malformed_values_are_errors_naming_key_and_value() {
         for (arg, needle) in [
-            ("default=on", "default='on'"),
-            ("enforce=off", "enforce='off'"),
-            ("sysfs_root=relative/dir", "sysfs_root='relative/dir'"),
-            ("config=", "config=''"),
+            ("default=on", "default = 'on'"),
+            ("enforce=off", "enforce = 'off'"),
+            ("sysfs_root=relative/dir", "sysfs_root = 'relative/dir'"),
+            ("config=", "config = ''"),
             ("strict", "'strict' is not key=value"),
         ] {
             let err = parse_args(&[arg]).expect_err(arg);
@@ -298,20 +339,14 @@ mod tests {
         );
         // Found at the default location.
         let s = settings(&Args::default(), &p, uid()).expect("settings");
-        assert_eq!(
-            (s.default, s.enforce),
-            (Choice::Prefer, Some(Floor::Prefer))
-        );
+        assert_eq!((s.default, s.enforce), (Choice::Prefer, Some(Mode::Prefer)));
         assert_eq!(s.sysfs_root, Path::new("/srv/topo"));
         assert!(!s.live());
         // Named by config=, overridden by plugstack keys.
         let args = parse_args(&[format!("config={}", p.display()), "enforce=strict".into()])
             .expect("args");
         let s = settings(&args, Path::new("/nonexistent"), uid()).expect("settings");
-        assert_eq!(
-            (s.default, s.enforce),
-            (Choice::Prefer, Some(Floor::Strict))
-        );
+        assert_eq!((s.default, s.enforce), (Choice::Prefer, Some(Mode::Strict)));
     }
 
     #[test]
@@ -343,12 +378,12 @@ mod tests {
         );
         let a = parse_args(&["gres_conf=/etc/slurm/gres.conf"]).expect("gres_conf");
         assert_eq!(
-            a.gres_conf.as_deref(),
+            a.given.plugin.gres_conf.as_deref(),
             Some(Path::new("/etc/slurm/gres.conf"))
         );
         assert!(parse_args(&["gres_conf=gres.conf"]).is_err());
         let err = parse_args(&["run_dir=run"]).expect_err("relative");
-        assert!(err.contains("run_dir='run'"), "{err}");
+        assert!(err.contains("run_dir = 'run'"), "{err}");
     }
 
     /// The format and the ownership rule are core's (`gpu_affinity::config`, tested

@@ -9,20 +9,10 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::mode::{Choice, UserChoice};
-use crate::node::Prepared;
+use crate::mode::{Choice, OptionValue, UserChoice};
 use crate::run_dir::StepDir;
 use crate::settings::Settings;
-use crate::step::StepOutcome;
-
-/// The `--gpu-affinity` value as the option callback saw it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OptionValue {
-    NotGiven,
-    Given(UserChoice),
-    /// A bad value (already reported where it was given).
-    Invalid,
-}
+use crate::step_data::{Prepared, StepOutcome};
 
 const NOT_GIVEN: u32 = 0;
 const INVALID: u32 = u32::MAX;

@@ -7,89 +7,16 @@
 //! the step's cores (`S_STEP_ALLOC_CORES`) and the local task count. The solver turns them into one binding per local rank.
 
 use gpu_affinity::cpuset::CpuSet;
-use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::gpu_ids::{self, SlurmGpus};
-use gpu_affinity::solver::{self, Plan, StepRequest};
+use gpu_affinity::solver::{self, StepRequest};
 
-use crate::fabric_env::{self, StepFabric};
+use crate::fabric_env::{self, FabricSetup};
 use crate::host::Host;
 use crate::mode::Resolved;
-use crate::node::VendorTopology;
 use crate::run_dir;
-use crate::settings::Settings;
-
-/// Steps at or above this id are Slurm's own (batch script, extern, interactive):
-/// they are not a user's parallel step and are left alone.
-pub const FIRST_SPECIAL_STEP: u32 = 0xffff_fff0;
-
-/// The most GPUs a node is assumed to have before its topology is read (bounds the
-/// `SLURM_STEP_GPUS` check in init_post_opt).
-pub const MAX_NODE_GPUS: usize = 64;
-
-/// What user_init decided for the step; task_init acts on it.
-#[derive(Clone, Debug)]
-pub enum StepOutcome {
-    /// `off` (asked for or the site default): nothing was read, nothing is done.
-    Off,
-    /// No GPUs in the step, or a Slurm-internal step: left alone in every mode.
-    LeftAlone(&'static str),
-    /// prefer, but no plan could be made: tasks run unbound; the first task warns.
-    Unplanned {
-        warning: String,
-    },
-    /// strict, but no plan could be made: every task fails with this reason.
-    Refused {
-        reason: String,
-    },
-    /// The option value that reached this node is not valid.
-    Invalid(String),
-    Planned(Box<StepPlan>),
-}
-
-/// A solved step, kept for the tasks.
-#[derive(Clone, Debug)]
-pub struct StepPlan {
-    pub resolved: Resolved,
-    pub plan: Plan,
-    /// Each step GPU and the id the step's CUDA_VISIBLE_DEVICES used for it.
-    pub cuda_ids: Vec<(PciAddr, String)>,
-    /// The step's Slurm GPU ids (`SLURM_STEP_GPUS`), in the order of `cuda_ids`.
-    pub slurm_ids: Vec<u32>,
-    /// Slurm confines devices and numbers GPUs locally (cgroup.conf ConstrainDevices):
-    /// `--gpu-bind=map_gpu` values count the step's GPUs, and a task bound to its own
-    /// GPUs sees only those.
-    pub local_ids: bool,
-    /// The topology is the running kernel's own (`sysfs_root=/`).
-    pub live: bool,
-    pub job_id: u32,
-    pub step_id: u32,
-    /// The job owner, for the slurmd log.
-    pub uid: Option<u32>,
-    /// The vendor fabric environment for the step (node-wide and per rank), the NCCL
-    /// topology file to generate and step-wide fabric warnings.
-    pub fabric: StepFabric,
-}
-
-impl StepPlan {
-    pub fn cuda_id(&self, gpu: PciAddr) -> Option<&str> {
-        self.cuda_ids
-            .iter()
-            .find(|(a, _)| *a == gpu)
-            .map(|(_, id)| id.as_str())
-    }
-}
-
-/// The step's GPUs as Slurm named them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StepGpus {
-    /// Slurm's gres ids (positions in slurmd's device list), in Slurm's order.
-    pub global: Vec<u32>,
-    /// The ids CUDA_VISIBLE_DEVICES gives the same GPUs: equal to `global`, or local
-    /// 0..n under device confinement.
-    pub cuda: Vec<String>,
-}
+use crate::step_data::{StepGpus, StepOutcome, StepPlan, unplannable};
 
 /// Read the step's GPUs from the job environment; `None` for a step without GPUs.
 ///
@@ -128,31 +55,6 @@ pub fn step_gpus(host: &dyn Host, node_gpus: usize) -> Result<Option<StepGpus>, 
         None => global.iter().map(u32::to_string).collect(),
     };
     Ok(Some(StepGpus { global, cuda }))
-}
-
-/// `SLURM_GPUS_PER_TASK` (`--gpus-per-task=[type:]N`, a comma list of them for several
-/// types) -> GPUs per task. Slurm passes the option's own text, so a typed request reads
-/// `h100:2`; the count is what follows the last `:`. Err: the warning line naming the
-/// value (the step is then planned from its GPU and task counts).
-pub fn gpus_per_task(value: &str) -> Result<Option<u32>, String> {
-    let value = value.trim();
-    if value.is_empty() {
-        return Ok(None);
-    }
-    let mut total: u32 = 0;
-    for part in value.split(',') {
-        let count = part.rsplit_once(':').map_or(part, |(_, n)| n).trim();
-        match count.parse::<u32>() {
-            Ok(n) => total = total.saturating_add(n),
-            Err(_) => {
-                return Err(format!(
-                    "gpu-affinity: warning: SLURM_GPUS_PER_TASK='{value}' is not [type:]count; \
-                     GPUs are shared out by the step's GPU and task counts"
-                ));
-            }
-        }
-    }
-    Ok((total > 0).then_some(total))
 }
 
 /// The ids the ranks' CUDA_VISIBLE_DEVICES give the step's GPUs (`gpus`, in Slurm's order,
@@ -306,19 +208,6 @@ pub struct StepFacts {
     pub constrain_devices: bool,
 }
 
-/// What the fabric environment is rendered from, besides the machine and the plan
-/// (read as root in init_post_opt, see [`crate::node`]).
-pub struct FabricSetup<'a> {
-    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
-    /// admin's are unusable).
-    pub profiles: &'a Profiles,
-    pub settings: &'a Settings,
-    /// Warnings from loading the profiles, shown like the fabric's own.
-    pub warnings: Vec<String>,
-    /// The profile's vendor NCCL topology file, parsed.
-    pub vendor_topology: Option<&'a VendorTopology>,
-}
-
 /// Solve the step and render its fabric environment. Problems that stop planning become
 /// `Refused` (strict) or `Unplanned` (prefer).
 pub fn plan_step(
@@ -360,18 +249,12 @@ pub fn plan_step(
         mode,
     };
     // The profile's fabric NICs, so no rank gets a NIC NCCL_IB_HCA leaves out.
-    let fabric_nics = gpu_affinity::fabric::fabric_nics(machine, fabric.profiles);
+    let fabric_nics =
+        gpu_affinity::fabric::fabric_nics_for(machine, fabric.profiles, fabric.detection);
     let plan = solver::solve_with_fabric(machine, &request, &fabric_nics);
     let topology_dir = run_dir::step_dir(&fabric.settings.run_dir, facts.job_id, facts.step_id);
-    let mut step_fabric = fabric_env::step_env(
-        machine,
-        &plan,
-        fabric.profiles,
-        fabric.settings,
-        fabric.vendor_topology,
-        &topology_dir,
-        existing_env,
-    );
+    let mut step_fabric =
+        fabric_env::step_env(machine, &plan, &fabric, &topology_dir, existing_env);
     step_fabric.warnings.splice(0..0, fabric.warnings);
     let (cuda, note) = cuda_ids(machine, &gpus, &facts.gpus);
     if let Some(note) = note {
@@ -391,16 +274,6 @@ pub fn plan_step(
         uid: facts.uid,
         fabric: step_fabric,
     }))
-}
-
-/// A step that cannot be planned: refused under strict, left unbound under prefer.
-pub fn unplannable(resolved: Resolved, reason: String) -> StepOutcome {
-    match resolved.choice {
-        crate::mode::Choice::Strict => StepOutcome::Refused { reason },
-        _ => StepOutcome::Unplanned {
-            warning: format!("gpu-affinity: warning: {reason}; tasks run without GPU affinity"),
-        },
-    }
 }
 
 /// The verbose per-step summary: one line for the step, one per rank.

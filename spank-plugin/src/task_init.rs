@@ -5,7 +5,7 @@ use crate::apply::{self, Task, refusal};
 use crate::guard::Failure;
 use crate::host::{Host, Os};
 use crate::state::Plugin;
-use crate::step::StepOutcome;
+use crate::step_data::StepOutcome;
 
 pub fn task_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
     let Some(outcome) = plugin.step() else {

@@ -11,7 +11,7 @@
 use crate::guard::Failure;
 use crate::run_dir::{self, StepDir};
 use crate::state::Plugin;
-use crate::step::StepOutcome;
+use crate::step_data::StepOutcome;
 
 pub fn task_post_fork(plugin: &Plugin) -> Result<(), Failure> {
     let Some(StepOutcome::Planned(step)) = plugin.step() else {

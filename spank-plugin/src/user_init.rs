@@ -5,11 +5,15 @@
 //! job's own (the step's GPU ids and their CUDA convention, the local task count,
 //! `SLURM_GPUS_PER_TASK`, the user's environment for "user wins") and solves.
 
+use crate::fabric_env::FabricSetup;
+use gpu_affinity::slurm::gpus_per_task;
+
 use crate::guard::Failure;
 use crate::host::{Host, Os};
-use crate::node::{self, NO_GPUS, Prepared};
+use crate::node;
 use crate::state::Plugin;
-use crate::step::{self, FabricSetup, StepFacts, StepOutcome};
+use crate::step::{self, StepFacts};
+use crate::step_data::{MAX_NODE_GPUS, NO_GPUS, Prepared, StepOutcome, unplannable};
 
 pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
     let outcome = decide(plugin, host, os);
@@ -29,6 +33,7 @@ pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Fa
 }
 
 fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
+    let settings = plugin.settings();
     let late;
     let prepared = match plugin.prepared() {
         Some(Prepared::Decided(StepOutcome::LeftAlone(why)))
@@ -39,13 +44,13 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
             log::info!(
                 "gpu-affinity: SLURM_STEP_GPUS appeared after init_post_opt; reading the node's topology in user_init, as the job user"
             );
-            late = node::prepare(plugin, host, os);
+            late = node::prepare(&settings, plugin.option(), host, os);
             &late
         }
         Some(p) => p,
         None => {
             log::debug!("gpu-affinity: init_post_opt left nothing for user_init; preparing now");
-            late = node::prepare(plugin, host, os);
+            late = node::prepare(&settings, plugin.option(), host, os);
             &late
         }
     };
@@ -57,25 +62,28 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
             node,
         } => (*resolved, *step_id, node),
     };
-    let settings = plugin.settings();
     let gpus = match step::step_gpus(host, node.machine.gpus.len()) {
         Ok(Some(g)) if !g.global.is_empty() => g,
         Ok(_) => return StepOutcome::LeftAlone(NO_GPUS),
-        Err(reason) => return step::unplannable(resolved, reason),
+        Err(reason) => return unplannable(resolved, reason),
     };
     let tasks = match host.local_task_count() {
         Ok(n) => n,
-        Err(e) => return step::unplannable(resolved, format!("cannot count the local tasks: {e}")),
+        Err(e) => return unplannable(resolved, format!("cannot count the local tasks: {e}")),
     };
     let mut fabric = FabricSetup {
         profiles: &node.profiles,
+        detection: &node.detection,
         settings: &settings,
         warnings: node.warnings.clone(),
         vendor_topology: node.vendor_topology.as_ref(),
     };
     let gpus_per_task = match host.getenv("SLURM_GPUS_PER_TASK").ok().flatten() {
         None => None,
-        Some(value) => step::gpus_per_task(&value).unwrap_or_else(|warning| {
+        Some(value) => gpus_per_task::parse(&value).unwrap_or_else(|bad| {
+            let warning = format!(
+                "gpu-affinity: warning: {bad}; GPUs are shared out by the step's GPU and task counts"
+            );
             log::warn!("{warning}");
             fabric.warnings.push(warning);
             None
@@ -115,5 +123,5 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
 }
 
 fn has_gpus(host: &dyn Host) -> bool {
-    matches!(step::step_gpus(host, step::MAX_NODE_GPUS), Ok(Some(g)) if !g.global.is_empty())
+    matches!(step::step_gpus(host, MAX_NODE_GPUS), Ok(Some(g)) if !g.global.is_empty())
 }

@@ -4,6 +4,8 @@
 //!   broken only on the node fail the job with a clear message and never drain the node.
 //!   Since 25.05 a failing `slurm_spank_init` drains the node unless the plugin exports
 //!   `slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE` (spank(8)); the plugin does.
+//!   Before 25.05 a failed init of a batch step drains the node whatever the plugin
+//!   exports, so in Slurm's own steps (never bound) the plugin logs a bad line instead.
 //! - The exit codes srun reports for those failures, per series (23.11 made most hook
 //!   failures fail the step: 22.05 exited 0 where later series exit 1).
 
@@ -100,7 +102,7 @@ fn a_strict_refusal_fails_the_step_and_leaves_the_node_in_service() {
 }
 
 #[test]
-fn a_broken_node_plugstack_line_fails_the_job_and_drains_only_before_25_05() {
+fn a_broken_node_plugstack_line_fails_the_job_and_never_drains_the_node() {
     let m = machine(ND_H100_V5);
     let Some(mut cluster) = start("series_broken_plugstack", &m, ClusterBuilder::new()) else {
         return;
@@ -142,11 +144,12 @@ fn a_broken_node_plugstack_line_fails_the_job_and_drains_only_before_25_05() {
     );
     assert_node_in_service(&mut cluster, "broken plugstack line", &out);
 
-    // The same for a batch job: its batch step's slurm_spank_init fails on the node.
-    // There, Slurm before 25.05 drains the node and requeues the job whatever the
-    // plugin does (measured on 22.05 and 24.11: "drain_nodes: node ... set to DRAIN");
-    // from 25.05 the exported ESPANK_JOB_FAILURE makes it fail the job only ("Spank
-    // plugin failure, job failed"; without the export 26.05 drains it too, measured).
+    // The same for a batch job. Its batch step is Slurm's own and never bound, so its
+    // slurm_spank_init logs the bad line instead of failing: a failed init there drains
+    // the node on Slurm before 25.05 whatever the plugin does (measured on 22.05 and
+    // 24.11: "drain_nodes: node ... set to DRAIN", the job requeued and held), and on
+    // 25.05+ fails the job through ESPANK_JOB_FAILURE. The job's steps, which the plugin
+    // would bind, fail with the message.
     let script = format!(
         "#!/bin/sh\nsrun -l -n1 {}\n",
         cluster.probe_script().display()
@@ -154,32 +157,36 @@ fn a_broken_node_plugstack_line_fails_the_job_and_drains_only_before_25_05() {
     let alloc = cluster.whole_node_allocation();
     let mut args: Vec<&str> = alloc.iter().map(String::as_str).collect();
     args.push("--gpu-affinity=strict");
-    if cluster.slurm_at_least(25, 5) {
-        let job = cluster
-            .sbatch(&script, &args, &opts)
-            .expect("run batch job");
-        assert!(!job.completed(), "the batch job must fail: {job}");
-        let as_out = StepOutput {
-            command: format!("batch job {}", job.id),
-            status: std::process::ExitStatus::default(),
-            stdout: job.stdout.clone(),
-            stderr: job.stderr.clone(),
-        };
-        assert_node_in_service(&mut cluster, "broken plugstack line, batch job", &as_out);
-    } else {
-        // Requeued and held pending on a drained node: the job never ends by itself.
-        let _ = cluster.sbatch(
-            &script,
-            &args,
-            &ClientOptions::bounded(10).env("SLURM_CONF", &client_conf.display().to_string()),
-        );
-        let (state, reason) = cluster.node_state().expect("scontrol show node");
-        assert!(
-            state.contains("DRAIN"),
-            "Slurm {} before 25.05 was measured to drain here; now {state} ({reason:?})",
-            cluster.series()
-        );
-    }
+    let job = cluster
+        .sbatch(&script, &args, &opts)
+        .expect("the batch job ends");
+    assert!(
+        job.tasks().expect("probe").is_empty(),
+        "no task may run: {job}"
+    );
+    // Inside the job srun reads the node's plugstack.conf too, so srun's own init fails
+    // and names the key on the job's stderr, on every series (measured on 22.05: the job
+    // FAILED, exit 1).
+    assert!(!job.completed(), "the batch job must fail: {job}");
+    assert!(
+        job.stderr
+            .contains("gpu-affinity: unknown plugstack.conf key 'sysfsroot'"),
+        "the job's stderr does not name the bad key: {job}"
+    );
+    let log = cluster.log("slurmd.log");
+    assert!(
+        log.contains("unknown plugstack.conf key 'sysfsroot'")
+            && log.contains("Slurm's own step left unbound"),
+        "slurmd.log does not say the batch step went unbound{}",
+        cluster.log_tails()
+    );
+    let as_out = StepOutput {
+        command: format!("batch job {}", job.id),
+        status: std::process::ExitStatus::default(),
+        stdout: job.stdout.clone(),
+        stderr: job.stderr.clone(),
+    };
+    assert_node_in_service(&mut cluster, "broken plugstack line, batch job", &as_out);
 }
 
 #[test]

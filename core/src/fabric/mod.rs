@@ -24,4 +24,6 @@ pub mod topo_xml;
 
 pub use detect::{Detection, Vendor, detect, detect_with};
 pub use render::{Env, EnvValue, Origin, render_env};
-pub use step::{FabricDecision, StepInputs, fabric_nics, step_fabric};
+pub use step::{
+    FabricDecision, StepInputs, fabric_nics, fabric_nics_for, step_fabric, step_fabric_for,
+};

@@ -1,6 +1,7 @@
 //! What the front ends call around the solver, so the plugin and `explain` cannot drift
 //! apart: [`fabric_nics`] before solving (the NICs ranks may be given), [`step_fabric`]
-//! after (detection, profile, environment and the NCCL topology file decision).
+//! after (detection, profile, environment and the NCCL topology file decision). The `_for`
+//! forms take a detection made once by the caller (the plugin: once per step).
 
 use serde::Serialize;
 
@@ -45,7 +46,17 @@ pub struct FabricDecision {
 /// bound to and the node-wide lists [`step_fabric`] exports (NCCL_IB_HCA) are one set: a
 /// host NIC the profile leaves out is neither in NCCL_IB_HCA nor any rank's NIC.
 pub fn fabric_nics<'m>(machine: &'m Machine, profiles: &Profiles) -> Vec<&'m Nic> {
-    let detection = detect_with(machine, profiles);
+    fabric_nics_for(machine, profiles, &detect_with(machine, profiles))
+}
+
+/// [`fabric_nics`] for a detection the front end already made (`detect_with` on the
+/// same machine and profiles): the plugin detects once per step, as root, and passes it
+/// down to every call that needs it.
+pub fn fabric_nics_for<'m>(
+    machine: &'m Machine,
+    profiles: &Profiles,
+    detection: &Detection,
+) -> Vec<&'m Nic> {
     match profiles.get(&detection.profile) {
         Some(profile) => profile.fabric_nics(machine),
         // detect_with only names profiles from the set it was given.
@@ -56,7 +67,16 @@ pub fn fabric_nics<'m>(machine: &'m Machine, profiles: &Profiles) -> Vec<&'m Nic
 /// Detect the vendor, render the profile's environment for `plan`, and settle
 /// NCCL_TOPO_FILE.
 pub fn step_fabric(machine: &Machine, plan: &Plan, inputs: &StepInputs<'_>) -> FabricDecision {
-    let detection = detect_with(machine, inputs.profiles);
+    step_fabric_for(machine, plan, inputs, detect_with(machine, inputs.profiles))
+}
+
+/// [`step_fabric`] for a detection already made on the same machine and profiles.
+pub fn step_fabric_for(
+    machine: &Machine,
+    plan: &Plan,
+    inputs: &StepInputs<'_>,
+    detection: Detection,
+) -> FabricDecision {
     let Some(profile) = inputs.profiles.get(&detection.profile) else {
         // detect_with only names profiles from the set it was given.
         return FabricDecision {

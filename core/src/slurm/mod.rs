@@ -5,8 +5,10 @@
 //! - [`gres_conf`]: gres.conf, parsed with line numbers
 //! - [`gpu_ids`]: how Slurm numbers a node's GPUs (gres indices) and which of them a
 //!   step and each of its tasks got: the one mapping the plugin and `explain` share
+//! - [`gpus_per_task`]: `SLURM_GPUS_PER_TASK`, from `--gpus-per-task=TYPE:N`
 
 pub mod gpu_ids;
+pub mod gpus_per_task;
 pub mod gres_conf;
 pub mod hostlist;
 pub mod read;
