@@ -257,7 +257,10 @@ mod tests {
                 max: MAX_NAMES
             }))
         );
-        assert_eq!(expand("a[0-999]b[0-999]"), Err(HostlistError::TooMany(MAX_NAMES)));
+        assert_eq!(
+            expand("a[0-999]b[0-999]"),
+            Err(HostlistError::TooMany(MAX_NAMES))
+        );
         assert!(expand_bounded("n[1-200000]", 1 << 20).is_ok());
     }
 
@@ -265,7 +268,12 @@ mod tests {
     fn compress_writes_slurm_forms() {
         let c = |names: &[&str]| compress(names).expect("valid");
         assert_eq!(
-            c(&["gpu-st-p5-001", "gpu-st-p5-002", "gpu-st-p5-003", "gpu-st-p5-600"]),
+            c(&[
+                "gpu-st-p5-001",
+                "gpu-st-p5-002",
+                "gpu-st-p5-003",
+                "gpu-st-p5-600"
+            ]),
             "gpu-st-p5-[001-003,600]"
         );
         assert_eq!(c(&["n08", "n09", "n10", "n11"]), "n[08-11]");
@@ -278,7 +286,7 @@ mod tests {
         assert_eq!(c(&["n3", "n1", "n2"]), "n[3,1-2]");
         assert_eq!(c(&["n1", "n1"]), "n[1,1]");
         assert_eq!(c(&["n99999999999"]), "n99999999999");
-        assert_eq!(c::<>(&[]), "");
+        assert_eq!(c(&[]), "");
         assert_eq!(
             compress_sorted(&["n10", "n9", "m1", "n9", "n008"]).expect("valid"),
             "m1,n[008,9-10]"
@@ -322,7 +330,11 @@ mod tests {
                 assert_eq!(text, "");
                 continue;
             }
-            assert_eq!(expand_bounded(&text, 1 << 20).expect(&text), names, "{text}");
+            assert_eq!(
+                expand_bounded(&text, 1 << 20).expect(&text),
+                names,
+                "{text}"
+            );
         }
     }
 }
