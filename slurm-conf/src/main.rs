@@ -2,11 +2,13 @@
 //!
 //! Subcommands: `explain` (what the plugin will do on a node), `fixture` (write a fake
 //! sysfs tree for a machine), `machines` (the embedded catalog), `bench` (discovery and
-//! solver figures). Exit status: 0 success, 1 bad input, 2 strict violations.
+//! solver figures), `conf` (Slurm configuration), `hostlist` (expand/compress). Exit status: 0 success, 1 bad input, 2 strict violations.
 
 mod bench;
+mod conf;
 mod explain;
 mod fixture;
+mod hostlist_cmd;
 mod machine_source;
 
 use std::process::ExitCode;
@@ -34,6 +36,10 @@ enum Command {
     Machines,
     /// Print discovery and solver timings (a benchmark, not a test).
     Bench(bench::Args),
+    /// Generate Slurm configuration: topology, gres, plugstack, slurm.conf lines.
+    Conf(conf::Args),
+    /// Expand or compress Slurm hostlists.
+    Hostlist(hostlist_cmd::Args),
 }
 
 /// A failure the user can act on: printed as one line, exit status 1.
@@ -65,6 +71,8 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Conf(args) => conf::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Hostlist(args) => hostlist_cmd::run(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
