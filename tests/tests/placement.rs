@@ -208,6 +208,16 @@ fn topology_yaml_loads_on_26_05() {
     let shown = show_topology(&cluster);
     assert_unit(&shown, "BlockName", "b1", &["pa1", "pb1"]);
     assert_unit(&shown, "BlockName", "b2", &["pa2", "pb2"]);
+    let tree = cluster
+        .client(
+            &["scontrol", "show", "topology", "tree"],
+            &ClientOptions::bounded(10),
+        )
+        .expect("run scontrol");
+    // The second topology of the file, by name: the same groups as switches.
+    assert!(tree.success(), "{tree}");
+    assert_unit(&tree.stdout, "SwitchName", "s3_1", &["pa1", "pb1"]);
+    assert_unit(&tree.stdout, "SwitchName", "s3_2", &["pa2", "pb2"]);
     let out = cluster
         .client(
             &["srun", "-N2", "-w", "pa2,pb2", "hostname"],
