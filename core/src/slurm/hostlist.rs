@@ -79,8 +79,7 @@ pub fn expand_bounded(text: &str, max_names: u64) -> Result<Vec<String>, Hostlis
 /// Callers that want one group per prefix sort first ([`compress_sorted`]).
 pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
     let mut out = String::new();
-    // The open bracket group: prefix, suffix and its ranges (lo, hi, width).
-    let mut group: Option<(&str, &str, Vec<(u32, u32, usize)>)> = None;
+    let mut group: Option<Group> = None;
     for name in names {
         let name = name.as_ref();
         if name.is_empty()
@@ -156,7 +155,10 @@ fn push_part(out: &mut String, part: &str) {
     out.push_str(part);
 }
 
-fn flush(out: &mut String, group: Option<(&str, &str, Vec<(u32, u32, usize)>)>) {
+/// An open bracket group: prefix, suffix and its ranges (lo, hi, zero-padded width).
+type Group<'a> = (&'a str, &'a str, Vec<(u32, u32, usize)>);
+
+fn flush(out: &mut String, group: Option<Group>) {
     use std::fmt::Write;
     let Some((prefix, suffix, ranges)) = group else {
         return;

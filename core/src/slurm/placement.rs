@@ -174,6 +174,10 @@ fn json<'a, T: Deserialize<'a>>(file: &str, text: &'a str) -> Result<T, Placemen
     })
 }
 
+/// An instance as the vendor files give it: the file it came from, and its path or
+/// why it has none (an error only if the NODEMAP names it).
+type Found = (String, Result<Vec<String>, String>);
+
 /// Each instance's path from the vendor files (`(file name, text)`), keyed by instance
 /// id. Only entries the NODEMAP names are checked, so an account-wide export with
 /// instances of other clusters still works; a malformed entry of a mapped instance is
@@ -181,8 +185,8 @@ fn json<'a, T: Deserialize<'a>>(file: &str, text: &'a str) -> Result<T, Placemen
 fn instance_paths(
     source: Source,
     files: &[(String, String)],
-) -> Result<HashMap<String, (String, Result<Vec<String>, String>)>, PlacementError> {
-    let mut out: HashMap<String, (String, Result<Vec<String>, String>)> = HashMap::new();
+) -> Result<HashMap<String, Found>, PlacementError> {
+    let mut out: HashMap<String, Found> = HashMap::new();
     let mut put = |file: &str, id: String, path: Result<Vec<String>, String>| {
         let path = path.and_then(|p| {
             if p.iter().any(|c| c.trim().is_empty()) {
