@@ -107,7 +107,7 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
         {
             if let Some(last) = ranges.last_mut()
                 && last.1.checked_add(1) == Some(value)
-                && format!("{value:0w$}", w = last.2) == digits
+                && written_as(value, last.2) == digits.len()
             {
                 last.1 = value;
             } else {
@@ -126,17 +126,26 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
 /// the shortest form of a set of names, as `scontrol show hostlist` gives for sorted input.
 pub fn compress_sorted<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
     let mut sorted: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
-    sorted.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+    sorted.sort_by_cached_key(|n| natural_key(n));
     sorted.dedup();
     compress(&sorted)
 }
 
 /// Sort key: prefix, suffix, number (as a value, then width), so `n9` < `n10`.
 fn natural_key(name: &str) -> (&str, &str, u64, usize, &str) {
+    // Digit runs past u64 sort last; they are never ranges anyway.
     match last_number(name) {
         Some((p, d, s)) => (p, s, d.parse().unwrap_or(u64::MAX), d.len(), name),
         None => (name, "", 0, 0, name),
     }
+}
+
+/// How many digits `value` takes when printed zero-padded to `width`. `digits` (which
+/// parses to `value`) is that printing exactly when its length is this: the same value
+/// with as many leading zeros. Saves formatting a string per name.
+fn written_as(value: u32, width: usize) -> usize {
+    let natural = value.checked_ilog10().map_or(1, |l| l as usize + 1);
+    natural.max(width)
 }
 
 /// Split a name at its last run of digits: (prefix, digits, suffix).
