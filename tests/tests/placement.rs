@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, fixture, plugin};
+use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, TaskPlugin, fixture, plugin};
 
 const NODES: [&str; 4] = ["pa1", "pa2", "pb1", "pb2"];
 
@@ -123,6 +123,7 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
         "tree_topology_and_generated_gres_conf_load_on_this_series",
         ClusterBuilder::new()
             .gpus(8)
+            .task_plugin(TaskPlugin::Affinity)
             .conf_line("TopologyPlugin=topology/tree")
             .conf_file("topology.conf", &topo)
             .conf_file("gres.conf", &gres),
@@ -156,6 +157,30 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
         )
         .expect("scontrol");
     assert!(node.stdout.contains("Gres=gpu:8"), "{node}");
+    // Slurm reads Cores= as it binds: --gpu-bind=closest gives the task on core 0
+    // (NUMA 0) the GPUs gres.conf puts there, and the task on core 1 the others.
+    let out = cluster
+        .client(
+            &[
+                "srun",
+                "-w",
+                "pb2",
+                "-n2",
+                "--cpu-bind=cores",
+                "--gres=gpu:8",
+                "--gpu-bind=closest",
+                "-l",
+                "sh",
+                "-c",
+                "echo $(grep Cpus_allowed_list /proc/self/status | cut -f2) $CUDA_VISIBLE_DEVICES",
+            ],
+            &ClientOptions::bounded(30),
+        )
+        .expect("run srun");
+    assert!(out.success(), "{out}");
+    let mut lines: Vec<&str> = out.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["0: 0 0,1,2,3", "1: 1 4,5,6,7"], "{out}");
     let log = cluster.log("slurmd-pb2.log");
     assert!(!log.contains("error: gres"), "{log}");
     let out = cluster
