@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::topology::{Block, Blocks, Kind, Switch, Topology};
 
@@ -138,26 +138,85 @@ struct OciRdma {
     customer_gpu_memory_fabric: Option<String>,
 }
 
-/// The node facts `--from nvlink` reads (written by `conf node-facts --json`).
-#[derive(Deserialize)]
-struct NodeFacts {
-    hostname: String,
+/// What a node knows about itself (`gpu-affinity conf node-facts --json`), the input of
+/// `--from nvlink`: one writer and one reader share this type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFacts {
+    pub hostname: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
     #[serde(default)]
-    gpus: Vec<GpuFacts>,
+    pub gpus: Vec<GpuFacts>,
 }
 
-#[derive(Deserialize)]
-struct GpuFacts {
-    #[serde(default)]
-    pci: Option<String>,
-    #[serde(default)]
-    fabric: Option<Fabric>,
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuFacts {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
+    /// Present only for a complete fabric with a non-zero cluster uuid ([`Fabric::from_nvml`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric: Option<Fabric>,
 }
 
-#[derive(Deserialize, Clone, PartialEq, Eq)]
-struct Fabric {
-    cluster_uuid: String,
-    clique_id: u32,
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fabric {
+    pub cluster_uuid: String,
+    pub clique_id: u32,
+}
+
+impl Fabric {
+    /// NVML's GPU fabric info as a unit id: only when registration is complete and the
+    /// cluster uuid is not all zeros (a GPU outside any NVLink domain reports zeros).
+    pub fn from_nvml(
+        state_complete: bool,
+        cluster_uuid: [u8; 16],
+        clique_id: u32,
+    ) -> Option<Fabric> {
+        if !state_complete || cluster_uuid == [0; 16] {
+            return None;
+        }
+        let h: String = cluster_uuid.iter().map(|b| format!("{b:02x}")).collect();
+        let uuid = format!(
+            "{}-{}-{}-{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        );
+        Some(Fabric {
+            cluster_uuid: uuid,
+            clique_id,
+        })
+    }
+}
+
+/// The facts of `machine` (detection, GPUs in Slurm's order) with each GPU's fabric as
+/// the caller read it (by PCI address; a node reader owns the NVML calls).
+pub fn node_facts(
+    machine: &crate::model::Machine,
+    hostname: &str,
+    fabrics: &HashMap<crate::pci::PciAddr, Fabric>,
+) -> NodeFacts {
+    let d = crate::fabric::detect(machine);
+    NodeFacts {
+        hostname: hostname.to_string(),
+        vendor: Some(d.vendor.as_str().to_string()),
+        instance_type: d.instance,
+        gpus: machine
+            .gpus_in_slurm_order()
+            .into_iter()
+            .map(|g| GpuFacts {
+                pci: Some(g.pci.to_string()),
+                minor: g.minor,
+                fabric: fabrics.get(&g.pci).cloned(),
+            })
+            .collect(),
+    }
 }
 
 #[derive(Deserialize)]
@@ -483,6 +542,19 @@ mod tests {
             .expect_err("bad host")
             .to_string();
         assert!(e.contains("instance bad") && e.contains("node g1"), "{e}");
+
+        let uuid = [1u8; 16];
+        let fab = Fabric::from_nvml(true, uuid, 3).expect("complete");
+        assert_eq!(fab.cluster_uuid, "01010101-0101-0101-0101-010101010101");
+        assert_eq!(Fabric::from_nvml(false, uuid, 3), None);
+        assert_eq!(Fabric::from_nvml(true, [0; 16], 3), None);
+        let m = crate::catalog::machine("p5.48xlarge").expect("catalog");
+        let nf = node_facts(&m, "h9", &HashMap::new());
+        assert_eq!(nf.gpus.len(), 8);
+        assert_eq!(nf.instance_type.as_deref(), Some("p5.48xlarge"));
+        let back: NodeFacts =
+            serde_json::from_str(&serde_json::to_string(&nf).expect("json")).expect("reads");
+        assert_eq!(back, nf);
 
         let facts = r#"[{"hostname":"h1","gpus":[{"pci":"0000:01:00.0","fabric":{"cluster_uuid":"u1","clique_id":1}}]},
                         {"hostname":"h2","gpus":[{"pci":"0000:01:00.0","fabric":{"cluster_uuid":"u1","clique_id":2}}]},

@@ -33,6 +33,22 @@ enum What {
     Plugstack(PlugstackArgs),
     /// slurm.conf lines for a working install (Prolog, Epilog, health check, topology).
     Slurm(SlurmArgs),
+    /// What this node knows about itself (hostname, vendor, instance, GPUs): the
+    /// `--from nvlink` input once every node's facts are collected.
+    NodeFacts(NodeFactsArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+struct NodeFactsArgs {
+    /// Read the topology under this root instead of / (a fixture tree).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    sysfs_root: PathBuf,
+    /// The node's name [default: the kernel's hostname under the root].
+    #[arg(long, value_name = "NAME")]
+    hostname: Option<String>,
+    /// Print JSON (the `--from nvlink` format) instead of text.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -166,7 +182,50 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             ))
         }
         What::Slurm(a) => emit(&slurm_snippet(&a.bin_dir, a.topology)),
+        What::NodeFacts(a) => node_facts(a),
     }
+}
+
+fn node_facts(a: &NodeFactsArgs) -> Result<(), CliError> {
+    let machine = sources::sysfs::read_machine(&a.sysfs_root)
+        .map_err(|e| CliError(format!("{}: {e}", a.sysfs_root.display())))?;
+    let hostname = match &a.hostname {
+        Some(h) => h.clone(),
+        None => read_input(&a.sysfs_root.join("proc/sys/kernel/hostname"))
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+    };
+    if hostname.is_empty() {
+        return Err(CliError("cannot tell the hostname; give --hostname".into()));
+    }
+    // The NVLink fabric (NVML clusterUuid + cliqueId) is not read yet: nvml-wrapper 0.11
+    // has no fabric call and this crate has no unsafe. Facts without it are still valid
+    // input; `--from nvlink` then names the node as having no complete fabric.
+    eprintln!("gpu-affinity: NVLink fabric not read (no NVML fabric query in this build)");
+    let facts = placement::node_facts(&machine, &hostname, &std::collections::HashMap::new());
+    if a.json {
+        return emit(&(serde_json::to_string_pretty(&facts)? + "\n"));
+    }
+    let mut out = format!(
+        "hostname: {}\nvendor: {}\ninstance type: {}\n",
+        facts.hostname,
+        facts.vendor.as_deref().unwrap_or("unknown"),
+        facts.instance_type.as_deref().unwrap_or("unknown")
+    );
+    for g in &facts.gpus {
+        out.push_str(&format!(
+            "GPU {} (nvidia{}): {}\n",
+            g.pci.as_deref().unwrap_or("?"),
+            g.minor.map_or("?".into(), |m| m.to_string()),
+            g.fabric
+                .as_ref()
+                .map_or("no NVLink fabric known".into(), |f| format!(
+                    "cluster {} clique {}",
+                    f.cluster_uuid, f.clique_id
+                ))
+        ));
+    }
+    emit(&out)
 }
 
 fn run_topology(a: &TopologyArgs) -> Result<(), CliError> {
