@@ -14,6 +14,7 @@ pub mod config;
 pub mod cpuset;
 pub mod fabric;
 pub mod health;
+pub mod matrix;
 pub mod model;
 pub mod numa;
 pub mod pci;

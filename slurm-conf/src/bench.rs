@@ -121,6 +121,41 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             ms(median(&mut times))
         );
     }
+    bench_hostlist(runs)
+}
+
+/// Hostlist compress and expand of 100k names in-process (the names of a large cloud
+/// cluster), checking the round trip. libslurm's own functions are not called here:
+/// this crate has no FFI (issue 10's side-by-side comparison is left).
+fn bench_hostlist(runs: usize) -> Result<(), CliError> {
+    use gpu_affinity::slurm::hostlist;
+    let names: Vec<String> = (1..=100_000).map(|i| format!("gpu-st-p5-{i:06}")).collect();
+    let text = hostlist::compress(&names)?;
+    if hostlist::expand_bounded(&text, 1 << 20)? != names {
+        return Err(CliError("hostlist round trip differs".into()));
+    }
+    let mut c: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(hostlist::compress(&names).ok());
+            start.elapsed()
+        })
+        .collect();
+    let mut e: Vec<Duration> = (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(hostlist::expand_bounded(&text, 1 << 20).ok());
+            start.elapsed()
+        })
+        .collect();
+    println!(
+        "hostlist   compress 100k names           median {:>10.3} ms",
+        ms(median(&mut c))
+    );
+    println!(
+        "hostlist   expand   100k names           median {:>10.3} ms",
+        ms(median(&mut e))
+    );
     Ok(())
 }
 

@@ -46,6 +46,10 @@ pub struct Args {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also print the GPU x fabric-NIC locality matrix (`nvidia-smi topo -m` words:
+    /// PIX/PXB/PHB/NODE/SYS), the plan's choices marked `*`.
+    #[arg(long, conflicts_with = "json")]
+    matrix: bool,
     /// The admin config whose `[fabric]` table (force, profiles_dir) applies, as in the
     /// plugin [default: /etc/gpu-affinity/config.toml when it exists].
     #[arg(long, value_name = "PATH")]
@@ -121,6 +125,25 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
         emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
     } else {
         emit(&(render_table(&plan) + &render_fabric(&fabric)))?;
+        if args.matrix {
+            let nics: Vec<(gpu_affinity::pci::PciAddr, String)> = fabric_nics
+                .iter()
+                .map(|n| (n.pci, n.name().unwrap_or("?").to_string()))
+                .collect();
+            let chosen: Vec<_> = plan
+                .ranks
+                .iter()
+                .flat_map(|r| {
+                    r.gpus
+                        .iter()
+                        .flat_map(|g| r.nics.iter().map(move |n| (*g, n.pci)))
+                })
+                .collect();
+            emit(&format!(
+                "\nGPU x NIC locality:\n{}",
+                gpu_affinity::matrix::render(&machine, &nics, &chosen)
+            ))?;
+        }
     }
     for v in &plan.violations {
         eprintln!("gpu-affinity: {}", v.message);

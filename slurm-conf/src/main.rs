@@ -2,12 +2,15 @@
 //!
 //! Subcommands: `explain` (what the plugin will do on a node), `fixture` (write a fake
 //! sysfs tree for a machine), `machines` (the embedded catalog), `bench` (discovery and
-//! solver figures), `install` / `uninstall` (plugin link and plugstack snippet).
+//! solver figures), `conf` (Slurm configuration), `hostlist` (expand/compress),
+//! `install` / `uninstall` (plugin link and plugstack snippet).
 //! Exit status: 0 success, 1 bad input, 2 strict violations.
 
 mod bench;
+mod conf;
 mod explain;
 mod fixture;
+mod hostlist_cmd;
 mod install;
 mod machine_source;
 
@@ -40,6 +43,10 @@ enum Command {
     Install(install::Args),
     /// Undo exactly what `install` did for a Slurm prefix.
     Uninstall(install::Args),
+    /// Generate Slurm configuration: topology, gres, plugstack, slurm.conf lines.
+    Conf(conf::Args),
+    /// Expand or compress Slurm hostlists.
+    Hostlist(hostlist_cmd::Args),
 }
 
 /// A failure the user can act on: printed as one line, exit status 1.
@@ -73,6 +80,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Install(args) => install::install(&args).map(|()| ExitCode::SUCCESS),
         Command::Uninstall(args) => install::uninstall(&args).map(|()| ExitCode::SUCCESS),
+        Command::Conf(args) => conf::run(&args).map(|()| ExitCode::SUCCESS),
+        Command::Hostlist(args) => hostlist_cmd::run(&args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

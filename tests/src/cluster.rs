@@ -55,6 +55,14 @@ pub struct ClusterBuilder {
     /// `None`: [`crate::series::SERIES_ENV`], else this machine's own Slurm.
     series: Option<String>,
     contain_spank: bool,
+    /// Several nodes on this machine (`slurmd -N NAME` each); empty: one node named
+    /// after this host.
+    nodes: Vec<String>,
+    /// Files written next to slurm.conf after the harness's own (topology.conf, a
+    /// generated gres.conf), `@CLUSTER_DIR@` replaced by the cluster's dir.
+    conf_files: Vec<(String, String)>,
+    /// Extra slurm.conf lines (`TopologyPlugin=topology/block`).
+    conf_lines: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -85,6 +93,9 @@ impl ClusterBuilder {
             slurmd_debug: "info".to_owned(),
             series: None,
             contain_spank: false,
+            nodes: Vec::new(),
+            conf_files: Vec::new(),
+            conf_lines: Vec::new(),
         }
     }
 
@@ -182,6 +193,26 @@ impl ClusterBuilder {
     }
 
     /// SlurmdDebug (default `info`); `verbose` shows the plugin's per-step summary.
+    /// Run these node names, one `slurmd -N NAME` each (all on this machine, address
+    /// 127.0.0.1, a port each). The cluster's [`Cluster::node`] is the first.
+    pub fn nodes(mut self, names: &[&str]) -> Self {
+        self.nodes = names.iter().map(|n| (*n).to_owned()).collect();
+        self
+    }
+
+    /// Write `name` next to slurm.conf (after gres.conf, so it may replace it), with
+    /// `@CLUSTER_DIR@` in `text` replaced by the cluster's dir.
+    pub fn conf_file(mut self, name: &str, text: &str) -> Self {
+        self.conf_files.push((name.to_owned(), text.to_owned()));
+        self
+    }
+
+    /// One more slurm.conf line, before the node lines.
+    pub fn conf_line(mut self, line: &str) -> Self {
+        self.conf_lines.push(line.to_owned());
+        self
+    }
+
     pub fn slurmd_debug(mut self, level: &str) -> Self {
         self.slurmd_debug = level.to_owned();
         self
@@ -223,6 +254,8 @@ pub struct Cluster {
     conf: PathBuf,
     plugstack: PathBuf,
     node: String,
+    /// Every node's name when the cluster runs several (`slurmd -N`); empty for one.
+    nodes: Vec<String>,
     gpus: u32,
     gres: Vec<GresLine>,
     sysfs_root: Option<PathBuf>,
@@ -263,9 +296,14 @@ impl Cluster {
         )?;
         set_mode(&probe, 0o755)?;
 
-        let node = short_hostname()?;
+        let host = short_hostname()?;
+        let node = b.nodes.first().cloned().unwrap_or_else(|| host.clone());
         // SlurmdSpoolDir is `spool/%n`; slurmd logs an error when it has to create it.
-        mkdir(&path.join("spool").join(&node), 0o755)?;
+        for n in b.nodes.iter().chain(std::iter::once(&node)) {
+            if !path.join("spool").join(n).exists() {
+                mkdir(&path.join("spool").join(n), 0o755)?;
+            }
+        }
         let mut cluster = Cluster {
             programs,
             series,
@@ -275,6 +313,7 @@ impl Cluster {
             plugstack: path.join("plugstack.conf"),
             path,
             node,
+            nodes: b.nodes.clone(),
             gpus: b.gpus,
             gres: Vec::new(),
             sysfs_root: None,
@@ -334,12 +373,22 @@ impl Cluster {
             ));
         }
         cluster.shape = shape.clone();
-        let gres = b
-            .gres
-            .clone()
-            .unwrap_or_else(|| conf::default_gres_layout(b.gpus));
+        let gres = b.gres.clone().unwrap_or_else(|| {
+            if b.nodes.is_empty() {
+                conf::default_gres_layout(b.gpus)
+            } else {
+                // Several nodes share the fake devices: one line for every node.
+                let minors: Vec<u32> = (0..b.gpus).collect();
+                vec![GresLine::every_node(&minors)]
+            }
+        });
         cluster.gres = gres.clone();
         let (ctld_port, slurmd_port) = ports::pick_pair()?;
+        let node_ports = if b.nodes.is_empty() {
+            Vec::new()
+        } else {
+            ports::pick_run(b.nodes.len())?
+        };
         let cluster_name = format!("gat{}", std::process::id());
         let munge_socket = cluster.path.join("munge/munge.socket");
         let slurm_conf = SlurmConf {
@@ -358,6 +407,10 @@ impl Cluster {
             contain_spank: b
                 .contain_spank
                 .then_some((cluster.version.0, cluster.version.1)),
+            nodes: &b.nodes,
+            node_ports: &node_ports,
+            host: &host,
+            extra_lines: &b.conf_lines,
         }
         .render();
         write(&cluster.conf, &slurm_conf)?;
@@ -396,6 +449,13 @@ impl Cluster {
             &cluster.path.join("cgroup.conf"),
             &conf::cgroup_conf(b.task_plugin),
         )?;
+        for (name, text) in &b.conf_files {
+            let dir = cluster.path.display().to_string();
+            write(
+                &cluster.path.join(name),
+                &text.replace("@CLUSTER_DIR@", &dir),
+            )?;
+        }
 
         cluster.start_slurm()?;
         Ok(cluster)
@@ -512,14 +572,26 @@ impl Cluster {
             .arg(&self.conf);
         let ctld = Daemon::spawn("slurmctld", ctld, &self.path.join("log/slurmctld.out"))?;
         self.daemons.push(ctld);
-        let mut slurmd = self.series.command(&self.programs.slurmd, None);
-        slurmd
-            .env_clear()
-            .env("PATH", CLEAN_PATH)
-            .args(["-D", "-f"])
-            .arg(&self.conf);
-        let slurmd = Daemon::spawn("slurmd", slurmd, &self.path.join("log/slurmd.out"))?;
-        self.daemons.push(slurmd);
+        let names: Vec<Option<String>> = if self.nodes.is_empty() {
+            vec![None]
+        } else {
+            self.nodes.iter().cloned().map(Some).collect()
+        };
+        for name in names {
+            let mut slurmd = self.series.command(&self.programs.slurmd, None);
+            slurmd.env_clear().env("PATH", CLEAN_PATH).arg("-D");
+            let label = match &name {
+                Some(n) => {
+                    slurmd.args(["-N", n]);
+                    format!("slurmd-{n}")
+                }
+                None => "slurmd".to_owned(),
+            };
+            slurmd.arg("-f").arg(&self.conf);
+            let out = self.path.join(format!("log/{label}.out"));
+            let slurmd = Daemon::spawn(&label, slurmd, &out)?;
+            self.daemons.push(slurmd);
+        }
         self.wait_idle(IDLE_TIMEOUT)
     }
 
@@ -571,7 +643,10 @@ impl Cluster {
                 &["sinfo", "-h", "-N", "-o", "%T"],
                 &ClientOptions::bounded(5),
             )?;
-            Ok(out.success() && out.stdout.trim() == "idle")
+            // One line per node: every node idle.
+            Ok(out.success()
+                && !out.stdout.trim().is_empty()
+                && out.stdout.lines().all(|l| l.trim() == "idle"))
         })
     }
 
@@ -632,6 +707,15 @@ impl Cluster {
     }
 
     /// The node's name (this machine's short hostname).
+    /// Every node's name (one entry, [`Cluster::node`], unless built with `nodes`).
+    pub fn nodes(&self) -> Vec<String> {
+        if self.nodes.is_empty() {
+            vec![self.node.clone()]
+        } else {
+            self.nodes.clone()
+        }
+    }
+
     pub fn node(&self) -> &str {
         &self.node
     }

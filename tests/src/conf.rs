@@ -106,6 +106,13 @@ pub struct SlurmConf<'a> {
     /// `SlurmdParameters=contain_spank` (24.05+) with a tmpfs job container, for a
     /// Slurm of this (major, minor); `None` for no container.
     pub contain_spank: Option<(u32, u32)>,
+    /// Several nodes (`slurmd -N NAME`), each with its port; empty: `node` alone.
+    pub nodes: &'a [String],
+    pub node_ports: &'a [u16],
+    /// This machine's short hostname (`NodeHostname=` of every node of several).
+    pub host: &'a str,
+    /// Extra lines, before the node lines.
+    pub extra_lines: &'a [String],
 }
 
 impl SlurmConf<'_> {
@@ -123,7 +130,13 @@ impl SlurmConf<'_> {
         };
         line("# written by gpu-affinity-tests; throwaway one-node cluster".into());
         line(format!("ClusterName={}", self.cluster_name));
-        line(format!("SlurmctldHost={}(127.0.0.1)", self.node));
+        // The controller runs on this machine whatever the nodes are called.
+        let ctld_host = if self.nodes.is_empty() {
+            self.node
+        } else {
+            self.host
+        };
+        line(format!("SlurmctldHost={ctld_host}(127.0.0.1)"));
         line(format!("SlurmctldPort={}", self.ctld_port));
         line(format!("SlurmdPort={}", self.slurmd_port));
         line("SlurmUser=root".into());
@@ -136,7 +149,11 @@ impl SlurmConf<'_> {
         line(format!("SlurmctldPidFile={d}/run/slurmctld.pid"));
         line(format!("SlurmdPidFile={d}/run/slurmd-%n.pid"));
         line(format!("SlurmctldLogFile={d}/log/slurmctld.log"));
-        line(format!("SlurmdLogFile={d}/log/slurmd.log"));
+        if self.nodes.is_empty() {
+            line(format!("SlurmdLogFile={d}/log/slurmd.log"));
+        } else {
+            line(format!("SlurmdLogFile={d}/log/slurmd-%n.log"));
+        }
         line("SlurmctldDebug=info".into());
         line(format!("SlurmdDebug={}", self.slurmd_debug));
         line(format!("ProctrackType={proctrack}"));
@@ -180,14 +197,32 @@ impl SlurmConf<'_> {
         } else {
             String::new()
         };
+        for l in self.extra_lines {
+            line(l.clone());
+        }
+        if self.nodes.is_empty() {
+            line(format!(
+                "NodeName={} NodeAddr=127.0.0.1 {}{gres} State=UNKNOWN",
+                self.node,
+                self.shape.line()
+            ));
+        } else {
+            // All on this machine: same hostname and address, one port each.
+            for (n, port) in self.nodes.iter().zip(self.node_ports) {
+                line(format!(
+                    "NodeName={n} NodeHostname={} NodeAddr=127.0.0.1 Port={port} {}{gres} State=UNKNOWN",
+                    self.host,
+                    self.shape.line()
+                ));
+            }
+        }
+        let partition = if self.nodes.is_empty() {
+            self.node.to_owned()
+        } else {
+            self.nodes.join(",")
+        };
         line(format!(
-            "NodeName={} NodeAddr=127.0.0.1 {}{gres} State=UNKNOWN",
-            self.node,
-            self.shape.line()
-        ));
-        line(format!(
-            "PartitionName=test Nodes={} Default=YES MaxTime=INFINITE State=UP",
-            self.node
+            "PartitionName=test Nodes={partition} Default=YES MaxTime=INFINITE State=UP"
         ));
         s
     }
@@ -351,6 +386,10 @@ mod tests {
             gres_types: true,
             slurmd_debug: "info",
             contain_spank: None,
+            nodes: &[],
+            node_ports: &[],
+            host: "h",
+            extra_lines: &[],
         }
         .render()
     }

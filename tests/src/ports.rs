@@ -35,3 +35,27 @@ pub fn pick_pair() -> Result<(u16, u16)> {
 fn is_free(port: u16) -> bool {
     TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok()
 }
+
+/// `n` free ports for the slurmds of a several-node cluster, from 30000-39999 (apart
+/// from [`pick_pair`]'s range), derived from our PID and probed like it.
+pub fn pick_run(n: usize) -> Result<Vec<u16>> {
+    const RUN_BASE: u32 = 30000;
+    const SPAN: u32 = 10000;
+    let start = std::process::id().wrapping_mul(61) % SPAN;
+    let mut out = Vec::new();
+    for step in 0..SPAN {
+        let Ok(port) = u16::try_from(RUN_BASE + (start + step) % SPAN) else {
+            continue;
+        };
+        if is_free(port) {
+            out.push(port);
+            if out.len() == n {
+                return Ok(out);
+            }
+        }
+    }
+    Err(harness_err!(
+        "fewer than {n} free TCP ports between {RUN_BASE} and {}",
+        RUN_BASE + SPAN
+    ))
+}

@@ -21,16 +21,24 @@ pub enum HostlistError {
     Brackets,
     #[error("bad range in brackets: {0}")]
     Range(#[from] ranges::RangeError),
-    #[error("expands to more than {MAX_NAMES} names")]
-    TooMany,
+    #[error("expands to more than {0} names")]
+    TooMany(u64),
     #[error("expands to more than {MAX_BYTES} bytes of names")]
     TooLong,
+    #[error("name {0:?} cannot be written in a hostlist (brackets, commas or blanks)")]
+    BadName(String),
     #[error("empty name")]
     Empty,
 }
 
-/// Expand a hostlist into its names, in order.
+/// Expand a hostlist into its names, in order, at most [`MAX_NAMES`] of them.
 pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
+    expand_bounded(text, MAX_NAMES)
+}
+
+/// [`expand`] with the caller's bound on the number of names: topology files and the
+/// `hostlist` subcommand name whole clusters (100k nodes), gres.conf lines a few devices.
+pub fn expand_bounded(text: &str, max_names: u64) -> Result<Vec<String>, HostlistError> {
     let mut out = Vec::new();
     // Bytes in `out`; with the partial names of the item being expanded (prefixes of
     // its final names) checked against MAX_BYTES before each allocation.
@@ -47,7 +55,7 @@ pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
             let prefix = &rest[..open];
             let limits = Limits {
                 max_value: u32::MAX,
-                max_count: MAX_NAMES,
+                max_count: max_names,
             };
             let parts = ranges::parse(&rest[open + 1..close], limits, false)?;
             let mut next = Vec::new();
@@ -58,8 +66,8 @@ pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
                         let n = format!("{name}{prefix}{v:0width$}", width = r.width);
                         next_bytes += n.len();
                         next.push(n);
-                        if (next.len() + out.len()) as u64 > MAX_NAMES {
-                            return Err(HostlistError::TooMany);
+                        if (next.len() + out.len()) as u64 > max_names {
+                            return Err(HostlistError::TooMany(max_names));
                         }
                         if out_bytes + next_bytes > MAX_BYTES {
                             return Err(HostlistError::TooLong);
@@ -81,6 +89,134 @@ pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
         out.extend(names.into_iter().map(|n| n + rest));
     }
     Ok(out)
+}
+
+/// Compress names into a hostlist, the inverse of [`expand`]: `expand(compress(names))`
+/// gives back `names` exactly, in the same order, duplicates included. So, as Slurm's
+/// own `hostlist_ranged_string` does, only names next to each other in the list merge:
+/// a name joins the bracket group before it when it differs only in its last number,
+/// and a number joins the range before it when it is the next value written with the
+/// same zero padding (`n08`,`n09`,`n10` -> `n[08-10]`; `n1`,`n02` stay two parts).
+/// Callers that want one group per prefix sort first ([`compress_sorted`]).
+pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
+    let mut out = String::new();
+    let mut group: Option<Group> = None;
+    for name in names {
+        let name = name.as_ref();
+        if name.is_empty()
+            || name
+                .bytes()
+                .any(|b| matches!(b, b'[' | b']' | b',') || b.is_ascii_whitespace())
+        {
+            return Err(HostlistError::BadName(name.chars().take(80).collect()));
+        }
+        let Some((prefix, digits, suffix)) = last_number(name) else {
+            flush(&mut out, group.take());
+            push_part(&mut out, name);
+            continue;
+        };
+        // Numbers too large for u32 are not ranges: keep the name as written.
+        let Ok(value) = digits.parse::<u32>() else {
+            flush(&mut out, group.take());
+            push_part(&mut out, name);
+            continue;
+        };
+        let width = digits.len();
+        if let Some((p, s, ranges)) = group.as_mut()
+            && *p == prefix
+            && *s == suffix
+        {
+            if let Some(last) = ranges.last_mut()
+                && last.1.checked_add(1) == Some(value)
+                && written_as(value, last.2) == digits.len()
+            {
+                last.1 = value;
+            } else {
+                ranges.push((value, value, width));
+            }
+            continue;
+        }
+        flush(&mut out, group.take());
+        group = Some((prefix, suffix, vec![(value, value, width)]));
+    }
+    flush(&mut out, group);
+    Ok(out)
+}
+
+/// [`compress`] over the names sorted (by prefix, suffix, then number) and deduplicated:
+/// the shortest form of a set of names, as `scontrol show hostlist` gives for sorted input.
+pub fn compress_sorted<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
+    let mut sorted: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+    sorted.sort_by_cached_key(|n| natural_key(n));
+    sorted.dedup();
+    compress(&sorted)
+}
+
+/// Sort key: prefix, suffix, number (as a value, then width), so `n9` < `n10`.
+fn natural_key(name: &str) -> (&str, &str, u64, usize, &str) {
+    // Digit runs past u64 sort last; they are never ranges anyway.
+    match last_number(name) {
+        Some((p, d, s)) => (p, s, d.parse().unwrap_or(u64::MAX), d.len(), name),
+        None => (name, "", 0, 0, name),
+    }
+}
+
+/// How many digits `value` takes when printed zero-padded to `width`. `digits` (which
+/// parses to `value`) is that printing exactly when its length is this: the same value
+/// with as many leading zeros. Saves formatting a string per name.
+fn written_as(value: u32, width: usize) -> usize {
+    let natural = value.checked_ilog10().map_or(1, |l| l as usize + 1);
+    natural.max(width)
+}
+
+/// Split a name at its last run of digits: (prefix, digits, suffix).
+fn last_number(name: &str) -> Option<(&str, &str, &str)> {
+    let end = name.rfind(|c: char| c.is_ascii_digit())? + 1;
+    let start = name[..end]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    Some((&name[..start], &name[start..end], &name[end..]))
+}
+
+fn push_part(out: &mut String, part: &str) {
+    if !out.is_empty() {
+        out.push(',');
+    }
+    out.push_str(part);
+}
+
+/// An open bracket group: prefix, suffix and its ranges (lo, hi, zero-padded width).
+type Group<'a> = (&'a str, &'a str, Vec<(u32, u32, usize)>);
+
+fn flush(out: &mut String, group: Option<Group>) {
+    use std::fmt::Write;
+    let Some((prefix, suffix, ranges)) = group else {
+        return;
+    };
+    if !out.is_empty() {
+        out.push(',');
+    }
+    out.push_str(prefix);
+    // One plain name stays plain (`login1`, not `login[1]`), as Slurm writes it.
+    if let [(lo, hi, w)] = ranges[..]
+        && lo == hi
+    {
+        let _ = write!(out, "{lo:0w$}");
+    } else {
+        out.push('[');
+        for (i, (lo, hi, w)) in ranges.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            if lo == hi {
+                let _ = write!(out, "{lo:0w$}");
+            } else {
+                let _ = write!(out, "{lo:0w$}-{hi:0w$}");
+            }
+        }
+        out.push(']');
+    }
+    out.push_str(suffix);
 }
 
 /// Whether `name` is one of the hostlist's names.
@@ -153,7 +289,85 @@ mod tests {
                 max: MAX_NAMES
             }))
         );
-        assert_eq!(expand("a[0-999]b[0-999]"), Err(HostlistError::TooMany));
+        assert_eq!(
+            expand("a[0-999]b[0-999]"),
+            Err(HostlistError::TooMany(MAX_NAMES))
+        );
+        assert!(expand_bounded("n[1-200000]", 1 << 20).is_ok());
+    }
+
+    #[test]
+    fn compress_writes_slurm_forms() {
+        let c = |names: &[&str]| compress(names).expect("valid");
+        assert_eq!(
+            c(&[
+                "gpu-st-p5-001",
+                "gpu-st-p5-002",
+                "gpu-st-p5-003",
+                "gpu-st-p5-600"
+            ]),
+            "gpu-st-p5-[001-003,600]"
+        );
+        assert_eq!(c(&["n08", "n09", "n10", "n11"]), "n[08-11]");
+        assert_eq!(c(&["n9", "n10"]), "n[9-10]");
+        assert_eq!(c(&["n1", "n02"]), "n[1,02]");
+        assert_eq!(c(&["login1"]), "login1");
+        assert_eq!(c(&["head", "n1", "n2", "m3"]), "head,n[1-2],m3");
+        assert_eq!(c(&["r1n1", "r1n2", "r2n1"]), "r1n[1-2],r2n1");
+        assert_eq!(c(&["gpu1-ib", "gpu2-ib"]), "gpu[1-2]-ib");
+        assert_eq!(c(&["n3", "n1", "n2"]), "n[3,1-2]");
+        assert_eq!(c(&["n1", "n1"]), "n[1,1]");
+        assert_eq!(c(&["n99999999999"]), "n99999999999");
+        assert_eq!(c(&[]), "");
+        assert_eq!(
+            compress_sorted(&["n10", "n9", "m1", "n9", "n008"]).expect("valid"),
+            "m1,n[008,9-10]"
+        );
+        for bad in ["a,b", "a[1]", "a b", ""] {
+            assert!(compress(&[bad]).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Property: expand(compress(x)) == x over generated lists (a small deterministic
+    /// generator, so no test dependency): prefixes, padding, suffixes, repeats, order.
+    #[test]
+    fn compress_round_trips() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let prefixes = ["n", "gpu-st-p5-", "r1n", "", "a-b"];
+        let suffixes = ["", "-ib", "x"];
+        for _ in 0..2000 {
+            let len = next(12) as usize;
+            let names: Vec<String> = (0..len)
+                .map(|_| {
+                    let p = prefixes[next(5) as usize];
+                    let s = suffixes[next(3) as usize];
+                    let w = next(4) as usize;
+                    let v = next(25);
+                    if next(10) == 0 {
+                        format!("{p}host{s}")
+                    } else {
+                        format!("{p}{v:0w$}{s}")
+                    }
+                })
+                .filter(|n| !n.is_empty())
+                .collect();
+            let text = compress(&names).expect("valid names");
+            if names.is_empty() {
+                assert_eq!(text, "");
+                continue;
+            }
+            assert_eq!(
+                expand_bounded(&text, 1 << 20).expect(&text),
+                names,
+                "{text}"
+            );
+        }
     }
 
     /// Found while writing the `hostlist` fuzz target's bounded-output property: the

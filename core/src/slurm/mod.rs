@@ -3,12 +3,18 @@
 //!
 //! - [`hostlist`]: `node[01-04],gpu7` name lists (gres.conf `NodeName=`, `File=`)
 //! - [`gres_conf`]: gres.conf, parsed with line numbers
+//! - [`topology`]: topology.conf (tree, block) and topology.yaml, parse and write
+//! - [`placement`]: cloud placement exports and NVLink facts -> trees and blocks
+//! - [`conf_write`]: gres.conf GPU lines and plugstack.conf, written
 //! - [`gpu_ids`]: how Slurm numbers a node's GPUs (gres indices) and which of them a
 //!   step and each of its tasks got: the one mapping the plugin and `explain` share
 //! - [`gpus_per_task`]: `SLURM_GPUS_PER_TASK`, from `--gpus-per-task=TYPE:N`
 
+pub mod conf_write;
 pub mod gpu_ids;
 pub mod gpus_per_task;
 pub mod gres_conf;
 pub mod hostlist;
+pub mod placement;
 pub mod read;
+pub mod topology;

@@ -1,0 +1,298 @@
+//! `gpu-affinity conf`: Slurm configuration generated from placement data and the
+//! node's discovered topology. Every file carries core's marker line; `--write` is
+//! atomic and never replaces a file without it unless `--force` ([`write`]).
+
+pub mod write;
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args as ClapArgs, Subcommand, ValueEnum};
+use gpu_affinity::slurm::conf_write::{self, MARKER};
+use gpu_affinity::slurm::placement::{self, Source};
+use gpu_affinity::slurm::topology::{self, Topology};
+use gpu_affinity::{sources, trust};
+
+use crate::{CliError, emit};
+
+/// Largest input file read (a 100k-instance AWS export is about 20 MiB).
+const MAX_INPUT: u64 = 256 << 20;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand, Debug)]
+enum What {
+    /// topology.conf / topology.yaml from cloud placement data or NVLink node facts.
+    Topology(TopologyArgs),
+    /// gres.conf GPU lines for this node (Name=gpu File=/dev/nvidiaN Cores=...).
+    Gres(GresArgs),
+    /// plugstack.conf with the plugin's line (after pyxis when pyxis is there).
+    Plugstack(PlugstackArgs),
+    /// slurm.conf lines for a working install (Prolog, Epilog, health check, topology).
+    Slurm(SlurmArgs),
+    /// What this node knows about itself (hostname, vendor, instance, GPUs): the
+    /// `--from nvlink` input once every node's facts are collected.
+    NodeFacts(NodeFactsArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+struct NodeFactsArgs {
+    /// Read the topology under this root instead of / (a fixture tree).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    sysfs_root: PathBuf,
+    /// The node's name [default: the kernel's hostname under the root].
+    #[arg(long, value_name = "NAME")]
+    hostname: Option<String>,
+    /// Print JSON (the `--from nvlink` format) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum From {
+    Aws,
+    Oci,
+    Gcp,
+    Nvlink,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum Form {
+    /// topology.conf, SwitchName= lines (topology/tree).
+    Tree,
+    /// topology.conf, BlockName= lines (topology/block): blocks = innermost shared unit.
+    Block,
+    /// topology.yaml (Slurm 25.05+): a `block` topology (the cluster default) and a `tree`.
+    Yaml,
+}
+
+#[derive(ClapArgs, Debug)]
+struct Output {
+    /// Write this file atomically instead of printing (temp file beside it, renamed).
+    #[arg(long, value_name = "PATH")]
+    write: Option<PathBuf>,
+    /// Replace a file gpu-affinity did not write (one without the marker line).
+    #[arg(long, requires = "write")]
+    force: bool,
+}
+
+impl Output {
+    fn put(&self, text: &str) -> Result<(), CliError> {
+        match &self.write {
+            Some(path) => write::write_atomic(path, text, self.force),
+            None => emit(text),
+        }
+    }
+}
+
+#[derive(ClapArgs, Debug)]
+struct TopologyArgs {
+    /// The placement data's kind.
+    #[arg(long, value_enum)]
+    from: From,
+    /// The placement files (aws: describe-instance-topology JSON, pages allowed; oci:
+    /// {OCID: rdmaTopologyData}; gcp: {name: physical_host}; nvlink: node facts).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// `NODENAME INSTANCE_ID` per line.
+    #[arg(long, value_name = "NODEMAP")]
+    nodes: PathBuf,
+    #[arg(long, value_enum, default_value = "block")]
+    form: Form,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(ClapArgs, Debug)]
+struct GresArgs {
+    /// Read the topology under this root instead of / (a fixture tree).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    sysfs_root: PathBuf,
+    /// Directory of the nvidiaN device files gres.conf names.
+    #[arg(long, value_name = "DIR", default_value = "/dev")]
+    dev_prefix: String,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(ClapArgs, Debug)]
+struct PlugstackArgs {
+    /// The installed plugin (absolute: configless nodes resolve nothing else).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/usr/lib/x86_64-linux-gnu/slurm-wlm/gpu_affinity.so"
+    )]
+    plugin: String,
+    /// An existing plugstack.conf to add the line to (kept otherwise byte for byte).
+    #[arg(long, value_name = "FILE")]
+    existing: Option<PathBuf>,
+    /// Plugin arguments, key=value (`mode=prefer`).
+    #[arg(value_name = "KEY=VALUE")]
+    plugin_args: Vec<String>,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(ClapArgs, Debug)]
+struct SlurmArgs {
+    /// Where the gpu-affinity-prolog, -epilog and -health binaries are installed.
+    #[arg(long, value_name = "DIR", default_value = "/usr/sbin")]
+    bin_dir: String,
+    /// The topology file you generate with `conf topology` (none: no topology lines).
+    #[arg(long, value_enum)]
+    topology: Option<Form>,
+}
+
+fn read_input(path: &Path) -> Result<String, CliError> {
+    trust::open_regular(path)
+        .and_then(|f| trust::read_bounded_text(f, MAX_INPUT))
+        .map_err(|e| CliError(format!("{}: {e}", path.display())))
+}
+
+pub fn run(args: &Args) -> Result<(), CliError> {
+    match &args.what {
+        What::Topology(a) => run_topology(a),
+        What::Gres(a) => {
+            let machine = sources::sysfs::read_machine(&a.sysfs_root)
+                .map_err(|e| CliError(format!("{}: {e}", a.sysfs_root.display())))?;
+            let header = format!(
+                "{MARKER}\n# gres.conf GPU lines for this node; Cores= are Slurm core ids.\n"
+            );
+            a.out
+                .put(&conf_write::gres_conf(&machine, &a.dev_prefix, &header)?)
+        }
+        What::Plugstack(a) => {
+            let line = conf_write::plugstack_line(&a.plugin, &a.plugin_args)?;
+            let existing = match &a.existing {
+                Some(p) => read_input(p)?,
+                None => String::new(),
+            };
+            let body: String = existing
+                .lines()
+                .filter(|l| l.trim_end() != MARKER)
+                .map(|l| format!("{l}\n"))
+                .collect();
+            a.out.put(&format!(
+                "{MARKER}\n{}",
+                conf_write::plugstack_conf(&body, &line)
+            ))
+        }
+        What::Slurm(a) => emit(&slurm_snippet(&a.bin_dir, a.topology)),
+        What::NodeFacts(a) => node_facts(a),
+    }
+}
+
+fn node_facts(a: &NodeFactsArgs) -> Result<(), CliError> {
+    let machine = sources::sysfs::read_machine(&a.sysfs_root)
+        .map_err(|e| CliError(format!("{}: {e}", a.sysfs_root.display())))?;
+    let hostname = match &a.hostname {
+        Some(h) => h.clone(),
+        None => read_input(&a.sysfs_root.join("proc/sys/kernel/hostname"))
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+    };
+    if hostname.is_empty() {
+        return Err(CliError("cannot tell the hostname; give --hostname".into()));
+    }
+    // The NVLink fabric (NVML clusterUuid + cliqueId) is not read yet: nvml-wrapper 0.11
+    // has no fabric call and this crate has no unsafe. Facts without it are still valid
+    // input; `--from nvlink` then names the node as having no complete fabric.
+    eprintln!("gpu-affinity: NVLink fabric not read (no NVML fabric query in this build)");
+    let facts = placement::node_facts(&machine, &hostname, &std::collections::HashMap::new());
+    if a.json {
+        return emit(&(serde_json::to_string_pretty(&facts)? + "\n"));
+    }
+    let mut out = format!(
+        "hostname: {}\nvendor: {}\ninstance type: {}\n",
+        facts.hostname,
+        facts.vendor.as_deref().unwrap_or("unknown"),
+        facts.instance_type.as_deref().unwrap_or("unknown")
+    );
+    for g in &facts.gpus {
+        out.push_str(&format!(
+            "GPU {} (nvidia{}): {}\n",
+            g.pci.as_deref().unwrap_or("?"),
+            g.minor.map_or("?".into(), |m| m.to_string()),
+            g.fabric
+                .as_ref()
+                .map_or("no NVLink fabric known".into(), |f| format!(
+                    "cluster {} clique {}",
+                    f.cluster_uuid, f.clique_id
+                ))
+        ));
+    }
+    emit(&out)
+}
+
+fn run_topology(a: &TopologyArgs) -> Result<(), CliError> {
+    let source = match a.from {
+        From::Aws => Source::Aws,
+        From::Oci => Source::Oci,
+        From::Gcp => Source::Gcp,
+        From::Nvlink => Source::Nvlink,
+    };
+    let files = a
+        .files
+        .iter()
+        .map(|p| Ok((p.display().to_string(), read_input(p)?)))
+        .collect::<Result<Vec<_>, CliError>>()?;
+    let nodemap = read_input(&a.nodes)?;
+    let places = placement::place(source, &files, &nodemap).map_err(|e| CliError(e.to_string()))?;
+    let header = |notes: &str| {
+        format!(
+            "{MARKER}\n# From --from {} placement data for {} nodes; unit names map to the vendor's ids:\n{notes}",
+            source.name(),
+            places.len()
+        )
+    };
+    let text = match a.form {
+        Form::Block => {
+            let (t, notes) = placement::blocks(&places, "block");
+            topology::write_conf(&t, &header(&notes))
+        }
+        Form::Tree => {
+            let (t, notes) = placement::tree(&places, "tree");
+            topology::write_conf(&t, &header(&notes))
+        }
+        Form::Yaml => {
+            let (mut b, block_notes) = placement::blocks(&places, "block");
+            b.cluster_default = true;
+            let (t, tree_notes) = placement::tree(&places, "tree");
+            let both: [Topology; 2] = [b, t];
+            topology::write_yaml(&both, &header(&format!("{block_notes}{tree_notes}")))
+        }
+    }
+    .map_err(|e| CliError(e.to_string()))?;
+    a.out.put(&text)
+}
+
+fn slurm_snippet(bin_dir: &str, topology: Option<Form>) -> String {
+    let bin = bin_dir.trim_end_matches('/');
+    let mut out = format!(
+        "{MARKER}\n\
+         # slurm.conf lines for gpu-affinity. The prolog runs at allocation (Alloc) so a bad node\n\
+         # is drained before any step lands on it; its checks are bounded well below the timeout.\n\
+         Prolog={bin}/gpu-affinity-prolog\n\
+         Epilog={bin}/gpu-affinity-epilog\n\
+         PrologFlags=Alloc\n\
+         PrologEpilogTimeout=120\n\
+         HealthCheckProgram={bin}/gpu-affinity-health\n\
+         HealthCheckInterval=300\n\
+         HealthCheckNodeState=ANY\n\
+         GresTypes=gpu\n"
+    );
+    match topology {
+        Some(Form::Tree) => out.push_str("# topology.conf from `gpu-affinity conf topology --form tree`\nTopologyPlugin=topology/tree\n"),
+        Some(Form::Block) => out.push_str("# topology.conf from `gpu-affinity conf topology --form block`\nTopologyPlugin=topology/block\n"),
+        Some(Form::Yaml) => out.push_str(
+            "# topology.yaml (Slurm 25.05+) next to slurm.conf names its own plugins and wins over\n\
+             # topology.conf: no TopologyPlugin= line. Partitions pick one with Topology=block|tree.\n",
+        ),
+        None => {}
+    }
+    out
+}

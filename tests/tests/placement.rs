@@ -1,0 +1,253 @@
+//! `gpu-affinity conf topology` and `conf gres` output loaded by real Slurm daemons:
+//! four nodes on this machine (`slurmd -N`), placed by a cloud placement export into
+//! two blocks that do not follow the node names (pa1 and pb1 share one, pa2 and pb2 the
+//! other), so a topology that only followed the names would show wrong groups.
+//!
+//! - 22.05 (this machine's Slurm, no topology/block): the tree form, plus a gres.conf
+//!   generated from a test machine's sysfs fixture over the fake devices.
+//! - 24.11 (Debian root): the block form; `scontrol show topology` shows the blocks.
+//! - 26.05 (Debian root): topology.yaml with a block and a tree topology; slurmctld
+//!   reads it (it exits on a bad entry) and shows the blocks.
+
+use std::path::Path;
+use std::process::Command;
+
+use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, TaskPlugin, fixture, plugin};
+
+const NODES: [&str; 4] = ["pa1", "pa2", "pb1", "pb2"];
+
+/// Two network blocks (innermost layer nn-x / nn-y) under one spine, the shape
+/// `aws ec2 describe-instance-topology` prints, with an instance of another cluster.
+const AWS: &str = r#"{"Instances":[
+  {"InstanceId":"i-0a","InstanceType":"p5.48xlarge","NetworkNodes":["nn-spine","nn-agg","nn-x"],"AvailabilityZone":"us-east-2b","ZoneId":"use2-az2"},
+  {"InstanceId":"i-0b","InstanceType":"p5.48xlarge","NetworkNodes":["nn-spine","nn-agg","nn-y"],"AvailabilityZone":"us-east-2b","ZoneId":"use2-az2"},
+  {"InstanceId":"i-0c","InstanceType":"p5.48xlarge","NetworkNodes":["nn-spine","nn-agg","nn-x"],"AvailabilityZone":"us-east-2b","ZoneId":"use2-az2"},
+  {"InstanceId":"i-0d","InstanceType":"p5.48xlarge","NetworkNodes":["nn-spine","nn-agg","nn-y"],"AvailabilityZone":"us-east-2b","ZoneId":"use2-az2"},
+  {"InstanceId":"i-0e","InstanceType":"p5.48xlarge","NetworkNodes":["nn-spine","nn-agg2","nn-z"],"AvailabilityZone":"us-east-2b","ZoneId":"use2-az2"}
+]}"#;
+const NODEMAP: &str = "pa1 i-0a\npa2 i-0b\npb1 i-0c\npb2 i-0d\n";
+
+/// Run the admin command; its stdout, or a panic with its stderr.
+fn admin(args: &[&str]) -> String {
+    let cli = plugin::admin_cli().expect("build gpu-affinity");
+    let out = Command::new(&cli)
+        .args(args)
+        .output()
+        .expect("run gpu-affinity");
+    assert!(
+        out.status.success(),
+        "gpu-affinity {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn topology(form: &str, dir: &Path) -> String {
+    let input = dir.join("aws.json");
+    let map = dir.join("nodemap");
+    std::fs::write(&input, AWS).expect("write input");
+    std::fs::write(&map, NODEMAP).expect("write nodemap");
+    admin(&[
+        "conf",
+        "topology",
+        "--from",
+        "aws",
+        &input.display().to_string(),
+        "--nodes",
+        &map.display().to_string(),
+        "--form",
+        form,
+    ])
+}
+
+fn show_topology(cluster: &Cluster) -> String {
+    let out = cluster
+        .client(
+            &["scontrol", "show", "topology"],
+            &ClientOptions::bounded(10),
+        )
+        .expect("run scontrol");
+    assert!(out.success(), "scontrol show topology: {out}");
+    out.stdout
+}
+
+/// The line of `scontrol show topology` naming `unit`, which must list `nodes` (as
+/// names or one hostlist) and no other of the cluster's nodes.
+fn assert_unit(shown: &str, key: &str, unit: &str, nodes: &[&str]) {
+    let line = shown
+        .lines()
+        .find(|l| l.contains(&format!("{key}={unit} ")))
+        .unwrap_or_else(|| panic!("no {key}={unit} in:\n{shown}"));
+    let list = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("Nodes="))
+        .unwrap_or_else(|| panic!("no Nodes= in {line:?}"));
+    let names = gpu_affinity::slurm::hostlist::expand(list).expect("Slurm's hostlist");
+    let mut want: Vec<String> = nodes.iter().map(|n| (*n).to_owned()).collect();
+    let mut got = names.clone();
+    want.sort();
+    got.sort();
+    assert_eq!(got, want, "{line}");
+}
+
+fn start(test: &str, builder: ClusterBuilder) -> Option<Cluster> {
+    builder
+        .nodes(&NODES)
+        .start_or_skip(test)
+        .unwrap_or_else(|e| panic!("{test}: cannot start the cluster: {e}"))
+}
+
+#[test]
+fn tree_topology_and_generated_gres_conf_load_on_this_series() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let topo = topology("tree", work.path());
+    // A test machine's fixture (8 GPUs, NUMA0 = CPU 0, NUMA1 = CPU 1) -> gres.conf over
+    // the cluster's fake devices.
+    let m = fixture::test_machine("nd-h100-v5-2cpu").expect("test machine");
+    let m = gpu_affinity::sources::fixture::realized(&m);
+    let sysfs = work.path().join("sysfs");
+    fixture::write_sysfs(&m, &sysfs).expect("fixture");
+    let gres = admin(&[
+        "conf",
+        "gres",
+        "--sysfs-root",
+        &sysfs.display().to_string(),
+        "--dev-prefix",
+        "@CLUSTER_DIR@/dev",
+    ]);
+    let lines = gres
+        .lines()
+        .filter(|l| l.starts_with("Name=gpu File=") && l.contains(" Cores="));
+    assert_eq!(lines.count(), 8, "{gres}");
+    let Some(cluster) = start(
+        "tree_topology_and_generated_gres_conf_load_on_this_series",
+        ClusterBuilder::new()
+            .gpus(8)
+            .task_plugin(TaskPlugin::Affinity)
+            .conf_line("TopologyPlugin=topology/tree")
+            .conf_file("topology.conf", &topo)
+            .conf_file("gres.conf", &gres),
+    ) else {
+        return;
+    };
+    let shown = show_topology(&cluster);
+    // Leaves s3_1 (nn-x) and s3_2 (nn-y): the placement, not the names' order.
+    assert_unit(&shown, "SwitchName", "s3_1", &["pa1", "pb1"]);
+    assert_unit(&shown, "SwitchName", "s3_2", &["pa2", "pb2"]);
+    // slurmd took the generated gres.conf: all 8 GPUs, and a step gets two of them.
+    let out = cluster
+        .client(
+            &[
+                "srun",
+                "-w",
+                "pb2",
+                "--gres=gpu:2",
+                "printenv",
+                "CUDA_VISIBLE_DEVICES",
+            ],
+            &ClientOptions::bounded(30),
+        )
+        .expect("run srun");
+    assert!(out.success(), "{out}");
+    assert_eq!(out.stdout.trim(), "0,1", "{out}");
+    let node = cluster
+        .client(
+            &["scontrol", "-o", "show", "node", "pb2"],
+            &ClientOptions::bounded(10),
+        )
+        .expect("scontrol");
+    assert!(node.stdout.contains("Gres=gpu:8"), "{node}");
+    // Slurm reads Cores= as it binds: --gpu-bind=closest gives the task on core 0
+    // (NUMA 0) the GPUs gres.conf puts there, and the task on core 1 the others.
+    let out = cluster
+        .client(
+            &[
+                "srun",
+                "-w",
+                "pb2",
+                "-n2",
+                "--cpu-bind=cores",
+                "--gres=gpu:8",
+                "--gpu-bind=closest",
+                "-l",
+                "sh",
+                "-c",
+                "echo $(grep Cpus_allowed_list /proc/self/status | cut -f2) $CUDA_VISIBLE_DEVICES",
+            ],
+            &ClientOptions::bounded(30),
+        )
+        .expect("run srun");
+    assert!(out.success(), "{out}");
+    let mut lines: Vec<&str> = out.stdout.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["0: 0 0,1,2,3", "1: 1 4,5,6,7"], "{out}");
+    let log = cluster.log("slurmd-pb2.log");
+    assert!(!log.contains("error: gres"), "{log}");
+    let out = cluster
+        .client(&["srun", "-N4", "hostname"], &ClientOptions::bounded(30))
+        .expect("srun -N4");
+    assert!(out.success(), "{out}");
+}
+
+#[test]
+fn block_topology_conf_loads_on_24_11() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let topo = topology("block", work.path());
+    assert!(topo.contains("BlockName=b1 Nodes=pa1,pb1\n"), "{topo}");
+    let Some(cluster) = start(
+        "block_topology_conf_loads_on_24_11",
+        ClusterBuilder::new()
+            .slurm_series("24.11")
+            .gpus(0)
+            .conf_line("TopologyPlugin=topology/block")
+            .conf_file("topology.conf", &topo),
+    ) else {
+        return;
+    };
+    let shown = show_topology(&cluster);
+    assert_unit(&shown, "BlockName", "b1", &["pa1", "pb1"]);
+    assert_unit(&shown, "BlockName", "b2", &["pa2", "pb2"]);
+    // A two-node job inside one block runs.
+    let out = cluster
+        .client(
+            &["srun", "-N2", "-w", "pa1,pb1", "hostname"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    assert!(out.success(), "{out}");
+}
+
+#[test]
+fn topology_yaml_loads_on_26_05() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let yaml = topology("yaml", work.path());
+    let Some(cluster) = start(
+        "topology_yaml_loads_on_26_05",
+        ClusterBuilder::new()
+            .slurm_series("26.05")
+            .gpus(0)
+            .conf_file("topology.yaml", &yaml),
+    ) else {
+        return;
+    };
+    let shown = show_topology(&cluster);
+    assert_unit(&shown, "BlockName", "b1", &["pa1", "pb1"]);
+    assert_unit(&shown, "BlockName", "b2", &["pa2", "pb2"]);
+    let tree = cluster
+        .client(
+            &["scontrol", "show", "topology", "tree"],
+            &ClientOptions::bounded(10),
+        )
+        .expect("run scontrol");
+    // The second topology of the file, by name: the same groups as switches.
+    assert!(tree.success(), "{tree}");
+    assert_unit(&tree.stdout, "SwitchName", "s3_1", &["pa1", "pb1"]);
+    assert_unit(&tree.stdout, "SwitchName", "s3_2", &["pa2", "pb2"]);
+    let out = cluster
+        .client(
+            &["srun", "-N2", "-w", "pa2,pb2", "hostname"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    assert!(out.success(), "{out}");
+}
