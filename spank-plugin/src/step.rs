@@ -133,37 +133,7 @@ pub fn step_cpus(machine: &Machine, alloc_cores: &str) -> CpuSet {
         .intersection(&machine.cpus())
 }
 
-/// The machine's cores in Slurm's numbering: by package (here: NUMA node, in the order
-/// of their first CPU, as hwloc orders packages), then by first CPU within it.
-pub fn slurm_core_order(machine: &Machine) -> Vec<CpuSet> {
-    let cores: Vec<CpuSet> = if machine.cores.is_empty() {
-        machine
-            .cpus()
-            .iter()
-            .map(|c| [c].into_iter().collect())
-            .collect()
-    } else {
-        machine.cores.clone()
-    };
-    let mut packages: Vec<&CpuSet> = machine
-        .numa_nodes
-        .iter()
-        .map(|n| &n.cpus)
-        .filter(|c| !c.is_empty())
-        .collect();
-    packages.sort_by_key(|c| c.first());
-    let package_of = |core: &CpuSet| {
-        core.first()
-            .and_then(|cpu| packages.iter().position(|p| p.contains(cpu)))
-            .unwrap_or(usize::MAX)
-    };
-    let mut keyed: Vec<((usize, Option<u32>), CpuSet)> = cores
-        .into_iter()
-        .map(|c| ((package_of(&c), c.first()), c))
-        .collect();
-    keyed.sort_by_key(|(k, _)| *k);
-    keyed.into_iter().map(|(_, c)| c).collect()
-}
+pub use gpu_affinity::slurm::conf_write::slurm_core_order;
 
 /// The CPUs to plan over: `mapped` (Slurm's cores through the machine) checked against
 /// `stepd`, the CPU mask slurmstepd itself runs under (read in user_init, live topology

@@ -22,8 +22,7 @@ pub enum ConfWriteError {
 /// The machine's cores in Slurm's numbering (slurmd's block map over hwloc): package by
 /// package (a NUMA node stands for a package, ordered by first CPU, as hwloc orders
 /// them), then by first CPU within it. Core `i` of gres.conf's `Cores=` is entry `i`.
-/// The plugin's S_STEP_ALLOC_CORES mapping uses the same order (spank-plugin step.rs,
-/// which should call this one once the plugin restructuring lands).
+/// The plugin maps S_STEP_ALLOC_CORES through this same function (spank-plugin step.rs).
 pub fn slurm_core_order(machine: &Machine) -> Vec<CpuSet> {
     let cores: Vec<CpuSet> = if machine.cores.is_empty() {
         machine
