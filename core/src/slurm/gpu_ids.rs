@@ -297,14 +297,21 @@ pub enum TaskGpus {
 /// The GPUs Slurm binds local task `task` to, from `SLURMD_TRES_BIND` (slurmstepd sets it
 /// in every task's environment from the step's request: `gpu:per_task:1` for
 /// `--gpus-per-task=1`, `gpu:map_gpu:3,1` for `--gpu-bind=map_gpu:3,1`; measured on
-/// 22.05), the step's ids and whether Slurm numbers them locally (ConstrainDevices:
-/// map/mask values count the step's GPUs, not the node's). Replays gres.c's
-/// `_get_usable_gres` for the rules that do not depend on CPU affinity, including its
-/// fallback to the step's first GPU when a rule names none.
+/// 22.05; 24.11 and 26.05 name the TRES in full, `gres/gpu:per_task:1`), the step's ids
+/// and whether Slurm numbers them locally (ConstrainDevices: map/mask values count the
+/// step's GPUs, not the node's). Replays gres.c's `_get_usable_gres` for the rules that
+/// do not depend on CPU affinity, including its fallback to the step's first GPU when a
+/// rule names none.
 pub fn task_gpus(tres_bind: Option<&str>, step_ids: &[u32], local: bool, task: u32) -> TaskGpus {
-    let Some(bind) =
-        tres_bind.and_then(|b| b.split(';').find_map(|p| p.trim().strip_prefix("gpu:")))
-    else {
+    // Both spellings: read only as `gpu:`, a 24.11+ binding looked like none, and each
+    // task was planned on its local rank's GPU with the step's CUDA ids.
+    let Some(bind) = tres_bind.and_then(|b| {
+        b.split(';').find_map(|p| {
+            let p = p.trim();
+            p.strip_prefix("gres/gpu:")
+                .or_else(|| p.strip_prefix("gpu:"))
+        })
+    }) else {
         return TaskGpus::Step;
     };
     let bind = bind.strip_prefix("verbose,").unwrap_or(bind);

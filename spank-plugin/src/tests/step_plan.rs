@@ -246,6 +246,38 @@ fn per_task_binding_takes_the_rank_planned_on_the_tasks_gpu() {
 }
 
 #[test]
+fn per_task_binding_reads_the_gres_gpu_spelling_of_24_11() {
+    // 24.11 and 26.05 put `gres/gpu:...` in SLURMD_TRES_BIND (measured; 22.05 `gpu:...`).
+    // Read as no binding, task 1 kept its local rank's plan and the step's CUDA id 1,
+    // which a task confined to its one GPU cannot open.
+    let plugin = remote_plugin(&["default=strict", "sysfs_root=/srv/fx"]);
+    let mut os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    os.gres_conf = Some("Name=gpu File=/dev/nvidia[0-1]\n".into());
+    os.constrain_devices = true;
+    for (bind, wants) in [
+        ("gres/gpu:per_task:1", [(0, 0), (1, 1)]),
+        ("gres/gpu:map_gpu:1,0", [(0, 1), (1, 0)]),
+    ] {
+        let host = gpu_host(&[
+            ("SLURM_STEP_GPUS", "0,1"),
+            ("CUDA_VISIBLE_DEVICES", "0,1"),
+            ("SLURMD_TRES_BIND", bind),
+        ]);
+        prepare_step(&plugin, &host, &os);
+        for (local, want) in wants {
+            let t = host.task(local, local);
+            dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect("task_init");
+            assert_eq!(planned_minor(&t), Some(want), "{bind}: task {local}");
+            assert_eq!(
+                t.var("CUDA_VISIBLE_DEVICES").as_deref(),
+                Some("0"),
+                "{bind}: task {local}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_named_gres_conf_that_is_missing_refuses_strict() {
     let plugin = remote_plugin(&[
         "default=strict",

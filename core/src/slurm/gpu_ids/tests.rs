@@ -165,6 +165,9 @@ fn task_binding_replays_slurm() {
     let ids = |b: &str, local: bool, t: u32| task_gpus(Some(b), &step, local, t);
     assert_eq!(task_gpus(None, &step, false, 0), TaskGpus::Step);
     assert_eq!(ids("gpu:per_task:1", false, 2), TaskGpus::Ids(vec![6]));
+    // 24.11 and 26.05 spell the TRES in full (measured).
+    assert_eq!(ids("gres/gpu:per_task:1", true, 2), TaskGpus::Ids(vec![6]));
+    assert_eq!(ids("gres/gpu:map_gpu:3,1", true, 0), TaskGpus::Ids(vec![7]));
     assert_eq!(ids("gpu:per_task:2", true, 1), TaskGpus::Ids(vec![6, 7]));
     // More tasks than GPUs: Slurm falls back to the step's first GPU.
     assert_eq!(ids("gpu:per_task:1", false, 5), TaskGpus::Ids(vec![4]));
