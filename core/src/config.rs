@@ -45,6 +45,7 @@
 //!
 //! [slurm]
 //! bin_dir = "/usr/bin"          # where scontrol and sinfo are (unset: the usual prefixes)
+//! gres_conf = "/etc/slurm/gres.conf" # numbers SLURM_JOB_GPUS (unset: next to slurmd's SLURM_CONF)
 //!
 //! [metrics]
 //! textfile = "/var/lib/node_exporter/gpu_affinity.prom"
@@ -156,6 +157,8 @@ pub struct HealthConfig {
     pub resume_after: Option<u32>,
     pub handoff: Option<crate::health::drain::Handoff>,
     pub slurm_bin_dir: Option<PathBuf>,
+    /// `[slurm] gres_conf`: the gres.conf slurmd reads, for Slurm's GPU ids.
+    pub gres_conf: Option<PathBuf>,
     pub textfile: Option<PathBuf>,
     pub dcgm_job_mapping_dir: Option<PathBuf>,
 }
@@ -291,6 +294,7 @@ struct DrainDoc {
 #[serde(deny_unknown_fields)]
 struct SlurmDoc {
     bin_dir: Option<Spanned<String>>,
+    gres_conf: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -488,6 +492,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         resume_after: count("[drain] resume_after", &doc.drain.resume_after)?,
         handoff,
         slurm_bin_dir: dir("[slurm] bin_dir", &doc.slurm.bin_dir)?,
+        gres_conf: path("[slurm] gres_conf", &doc.slurm.gres_conf)?,
         textfile: path("[metrics] textfile", &doc.metrics.textfile)?,
         dcgm_job_mapping_dir: dir(
             "[metrics] dcgm_job_mapping_dir",

@@ -15,6 +15,8 @@ use gpu_affinity::health::{
     SYSFS_BOUND_MS, Scope, Status, Verdict,
 };
 use gpu_affinity::pci::PciAddr;
+use gpu_affinity::slurm::gpu_ids::{SlurmGpus, parse_step_gpus};
+use gpu_affinity::slurm::read::{device_minor, gres_conf_path, read_gres_conf};
 use gpu_affinity::trust::read_trusted_text;
 
 use crate::bounded;
@@ -83,27 +85,49 @@ pub fn node_name() -> String {
         .unwrap_or_default()
 }
 
-/// The job's GPUs from `SLURM_JOB_GPUS` (Slurm's gres indices: positions in the node's GPU
-/// list, which the suite orders by /dev/nvidiaN minor). Kept behind this one function: the
-/// GPU id mapping work in core is to replace the position rule.
-pub fn job_gpus(
+/// How Slurm numbers this node's GPUs: core's one mapping (the plugin's too) over the
+/// gres.conf slurmd reads — `[slurm] gres_conf`, else next to the `SLURM_CONF` slurmd
+/// passes its prolog/epilog (slurmd's own `-f` file, or the configless conf-cache), else
+/// /etc/slurm. No gres.conf there: minor order, what `File=/dev/nvidia[0-N]` gives.
+pub fn slurm_gpus(
     machine: &gpu_affinity::model::Machine,
-    env: Option<&str>,
-) -> Option<(Vec<u32>, Vec<PciAddr>)> {
-    let env = env?.trim();
-    if env.is_empty() {
-        return None;
+    gres_conf: Option<&Path>,
+    node: &str,
+) -> Result<SlurmGpus, String> {
+    let path = gres_conf.map_or_else(
+        || gres_conf_path(std::env::var_os("SLURM_CONF").map(PathBuf::from).as_deref()),
+        Path::to_path_buf,
+    );
+    let conf = read_gres_conf(&path, state::owner()).map_err(|e| e.to_string())?;
+    if conf.is_none() && gres_conf.is_some() {
+        return Err(format!(
+            "gres.conf {} ([slurm] gres_conf) does not exist",
+            path.display()
+        ));
     }
-    let indices: Vec<u32> = env
-        .split(',')
-        .filter_map(|i| i.trim().parse().ok())
-        .collect();
-    let ordered = machine.gpus_in_slurm_order();
-    let pci = indices
-        .iter()
-        .filter_map(|&i| ordered.get(i as usize).map(|g| g.pci))
-        .collect();
-    Some((indices, pci))
+    let node_gpus = conf.map(|c| c.node_gpus(node));
+    Ok(SlurmGpus::number(machine, node_gpus.as_ref(), &|f| {
+        device_minor(f)
+    }))
+}
+
+/// The job's GPUs from `SLURM_JOB_GPUS`: Slurm's gres indices (positions in slurmd's
+/// device list, never /dev/nvidiaN minors; ARCHITECTURE.md "Slurm's GPU ids"), parsed
+/// bounded and mapped through `numbering`. `Ok(None)`: the job has no GPUs. `Err`: a line
+/// for the log; the caller then checks every GPU, a wider scope rather than a wrong one.
+pub fn job_gpus(
+    numbering: &SlurmGpus,
+    env: Option<&str>,
+) -> Result<Option<(Vec<u32>, Vec<PciAddr>)>, String> {
+    let Some(env) = env.map(str::trim).filter(|e| !e.is_empty()) else {
+        return Ok(None);
+    };
+    let ids =
+        parse_step_gpus(env, numbering.ids.len()).map_err(|e| format!("SLURM_JOB_GPUS: {e}"))?;
+    let pci = numbering
+        .map(&ids)
+        .map_err(|e| format!("SLURM_JOB_GPUS: {e}"))?;
+    Ok(Some((ids, pci)))
 }
 
 fn expect_of(c: &Config) -> Expect {
@@ -198,11 +222,18 @@ pub fn pass(
     let mut indices = None;
     if program != Program::Health
         && let Ok(s) = &sysfs
-        && let Some((i, pci)) =
-            job_gpus(&s.machine, std::env::var("SLURM_JOB_GPUS").ok().as_deref())
     {
-        scope.gpus = Some(pci);
-        indices = Some(i);
+        let env = std::env::var("SLURM_JOB_GPUS").ok();
+        match slurm_gpus(&s.machine, cfg.health.gres_conf.as_deref(), node)
+            .and_then(|n| job_gpus(&n, env.as_deref()))
+        {
+            Ok(Some((i, pci))) => {
+                scope.gpus = Some(pci);
+                indices = Some(i);
+            }
+            Ok(None) => {}
+            Err(e) => log_line(program, &format!("{e}; checking every GPU")),
+        }
     }
     let rows = match rows {
         Some(Ok(r)) => Some(r),
@@ -432,5 +463,41 @@ fn print(program: Program, args: &Args, node: &str, o: &Outcome) {
             if args.dry_run { " (dry run)" } else { "" },
             o.elapsed.as_millis()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_affinity::slurm::gpu_ids::minor_from_name;
+    use gpu_affinity::slurm::gres_conf;
+
+    fn numbering(gres: &str) -> (gpu_affinity::model::Machine, SlurmGpus) {
+        let m = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+        let conf = gres_conf::parse(gres).expect("gres.conf");
+        let n = SlurmGpus::number(&m, Some(&conf.node_gpus("n1")), &minor_from_name);
+        (m, n)
+    }
+
+    #[test]
+    fn job_gpus_are_gres_indices_not_minors() {
+        // File= order 7,6,5,...: Slurm's GPU 0 is /dev/nvidia7 (measured on 22.05).
+        let (m, n) = numbering("Name=gpu File=/dev/nvidia[7,6,5,4,3,2,1,0]\n");
+        let order = m.gpus_in_slurm_order();
+        let (ids, pci) = job_gpus(&n, Some("0,1")).expect("maps").expect("some");
+        assert_eq!(ids, vec![0, 1]);
+        assert_eq!(pci, vec![order[7].pci, order[6].pci]);
+        let (_, pci) = job_gpus(&n, Some("6-7")).expect("maps").expect("some");
+        assert_eq!(pci, vec![order[1].pci, order[0].pci]);
+    }
+
+    #[test]
+    fn job_gpus_without_gpus_or_with_bad_ids() {
+        let (_, n) = numbering("Name=gpu File=/dev/nvidia[0-7]\n");
+        assert_eq!(job_gpus(&n, None), Ok(None));
+        assert_eq!(job_gpus(&n, Some(" ")), Ok(None));
+        assert!(job_gpus(&n, Some("8")).is_err(), "out of range");
+        assert!(job_gpus(&n, Some("0,x")).is_err(), "syntax");
+        assert!(job_gpus(&n, Some(&"1,".repeat(5000))).is_err(), "bounded");
     }
 }
