@@ -55,6 +55,19 @@ pub struct ClusterBuilder {
     /// `None`: [`crate::series::SERIES_ENV`], else this machine's own Slurm.
     series: Option<String>,
     contain_spank: bool,
+    health: Option<HealthSetup>,
+}
+
+/// The suite's health binaries as Slurm runs them: `Prolog=`, `Epilog=`,
+/// `HealthCheckProgram=` (each optional), reading the admin config at `config`.
+#[derive(Debug, Clone)]
+pub struct HealthSetup {
+    /// The admin config (root-owned, not group/other-writable), passed as `--config`.
+    pub config: PathBuf,
+    pub prolog: bool,
+    pub epilog: bool,
+    /// `HealthCheckProgram=` with this `HealthCheckInterval=` (seconds).
+    pub health_interval: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -85,7 +98,17 @@ impl ClusterBuilder {
             slurmd_debug: "info".to_owned(),
             series: None,
             contain_spank: false,
+            health: None,
         }
+    }
+
+    /// Run the suite's health binaries from slurmd (see [`HealthSetup`]). Slurm gives
+    /// Prolog=/Epilog=/HealthCheckProgram= no arguments, so each is a two-line wrapper in
+    /// the cluster's lib/ that passes `--config`, records the environment slurmd gave it
+    /// (`log/NAME.env`) and appends the program's output to `log/NAME.out`.
+    pub fn health_programs(mut self, setup: HealthSetup) -> Self {
+        self.health = Some(setup);
+        self
     }
 
     /// `SlurmdParameters=contain_spank` with a tmpfs job container (Slurm 24.05+; an
@@ -322,6 +345,10 @@ impl Cluster {
             cluster.plugin_args = args;
         }
         cluster.write_plugstack(cluster.plugin_path.is_some())?;
+        let extra = match &b.health {
+            Some(h) => cluster.health_wrappers(h)?,
+            None => Vec::new(),
+        };
 
         let shape = match b.shape {
             Some(s) => s,
@@ -358,6 +385,7 @@ impl Cluster {
             contain_spank: b
                 .contain_spank
                 .then_some((cluster.version.0, cluster.version.1)),
+            extra: &extra,
         }
         .render();
         write(&cluster.conf, &slurm_conf)?;
@@ -399,6 +427,45 @@ impl Cluster {
 
         cluster.start_slurm()?;
         Ok(cluster)
+    }
+
+    /// Copy the health binaries into lib/ (a rooted series sees only /tmp) and write their
+    /// wrappers; the slurm.conf lines that run them.
+    fn health_wrappers(&self, h: &HealthSetup) -> Result<Vec<String>> {
+        let (prolog, epilog, health) = plugin::health_binaries()?;
+        let mut lines = Vec::new();
+        let mut wrap = |bin: &Path, name: &str, key: &str| -> Result<()> {
+            let copy = self.path.join("lib").join(name);
+            fs::copy(bin, &copy)
+                .context(|| format!("copy {} to {}", bin.display(), copy.display()))?;
+            set_mode(&copy, 0o755)?;
+            let log = self.path.join("log");
+            let script = self.path.join("lib").join(format!("{name}.sh"));
+            write(
+                &script,
+                &format!(
+                    "#!/bin/sh\nenv > {env}\n\"{bin}\" --config \"{cfg}\" >> {out} 2>&1\nrc=$?\necho \"exit $rc\" >> {out}\nexit $rc\n",
+                    env = log.join(format!("{name}.env")).display(),
+                    out = log.join(format!("{name}.out")).display(),
+                    bin = copy.display(),
+                    cfg = h.config.display(),
+                ),
+            )?;
+            set_mode(&script, 0o755)?;
+            lines.push(format!("{key}={}", script.display()));
+            Ok(())
+        };
+        if h.prolog {
+            wrap(&prolog, "gpu-affinity-prolog", "Prolog")?;
+        }
+        if h.epilog {
+            wrap(&epilog, "gpu-affinity-epilog", "Epilog")?;
+        }
+        if let Some(interval) = h.health_interval {
+            wrap(&health, "gpu-affinity-health", "HealthCheckProgram")?;
+            lines.push(format!("HealthCheckInterval={interval}"));
+        }
+        Ok(lines)
     }
 
     fn start_munge(&mut self) -> Result<()> {

@@ -106,6 +106,8 @@ pub struct SlurmConf<'a> {
     /// `SlurmdParameters=contain_spank` (24.05+) with a tmpfs job container, for a
     /// Slurm of this (major, minor); `None` for no container.
     pub contain_spank: Option<(u32, u32)>,
+    /// Whole lines appended before the node line (`Prolog=...`, `HealthCheckProgram=...`).
+    pub extra: &'a [String],
 }
 
 impl SlurmConf<'_> {
@@ -174,6 +176,9 @@ impl SlurmConf<'_> {
         }
         if !slurmd_params.is_empty() {
             line(format!("SlurmdParameters={}", slurmd_params.join(",")));
+        }
+        for l in self.extra {
+            line(l.clone());
         }
         let gres = if self.gpus > 0 {
             format!(" Gres=gpu:{}", self.gpus)
@@ -351,6 +356,7 @@ mod tests {
             gres_types: true,
             slurmd_debug: "info",
             contain_spank: None,
+            extra: &[],
         }
         .render()
     }

@@ -1,0 +1,294 @@
+//! The health binaries under a real Slurm: slurmd runs them as `Prolog=` and
+//! `HealthCheckProgram=` against a p5.48xlarge fixture tree (`root` in the admin config),
+//! faults are injected into that tree, and `sinfo`/`scontrol` say what happened. Each test
+//! prints what it measured (exit codes, reasons, sinfo's columns) for the report.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gpu_affinity::model::Machine;
+use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, HealthSetup};
+
+const HEALTHY_KMSG: &str = "6,1,100,-;Linux version 6.1\n";
+
+/// A node's fixture tree and admin config, in a root-owned dir the daemons can read.
+struct Node {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+    machine: Machine,
+}
+
+fn node(resume_after: u32) -> Node {
+    let dir = tempfile::Builder::new()
+        .prefix("gpu-affinity-health.")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("mode");
+    let root = dir.path().join("root");
+    let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    gpu_affinity::sources::fixture::write_fixture(&machine, &root).expect("fixture");
+    for d in ["dev", "proc"] {
+        std::fs::create_dir_all(root.join(d)).expect("dirs");
+    }
+    std::fs::write(root.join("dev/kmsg"), HEALTHY_KMSG).expect("kmsg");
+    std::fs::write(root.join("proc/mounts"), "/dev/sda1 / ext4 rw 0 0\n").expect("mounts");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "root = \"{}\"\nstate_dir = \"{}\"\n[gpu]\nexpected = 8\nnvml = false\n\
+             [drain]\nresume_after = {resume_after}\n",
+            root.display(),
+            dir.path().join("state").display(),
+        ),
+    )
+    .expect("config");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).expect("mode");
+    Node {
+        _dir: dir,
+        root,
+        config,
+        machine,
+    }
+}
+
+/// An XID 79 (fallen off the bus) record for the node's first GPU.
+fn inject_xid79(n: &Node) -> String {
+    let bus = n.machine.gpus[0].pci.to_string();
+    let short = &bus[..bus.len() - 2];
+    std::fs::write(
+        n.root.join("dev/kmsg"),
+        format!("{HEALTHY_KMSG}4,2,200,-;NVRM: Xid (PCI:{short}): 79, pid=77, name=python\n"),
+    )
+    .expect("kmsg");
+    format!("gpu-affinity: GPU_XID_79 gpu={bus}")
+}
+
+fn start(test: &str, setup: HealthSetup) -> Option<Cluster> {
+    ClusterBuilder::new()
+        .health_programs(setup)
+        .start_or_skip(test)
+        .expect("cluster")
+}
+
+fn sinfo(c: &Cluster, args: &[&str]) -> String {
+    let mut argv = vec!["sinfo"];
+    argv.extend_from_slice(args);
+    let out = c.client(&argv, &ClientOptions::bounded(10)).expect("sinfo");
+    assert!(out.success(), "{out}");
+    out.stdout
+}
+
+fn scontrol(c: &Cluster, args: &[&str]) {
+    let mut argv = vec!["scontrol"];
+    argv.extend_from_slice(args);
+    let out = c
+        .client(&argv, &ClientOptions::bounded(10))
+        .expect("scontrol");
+    assert!(out.success(), "{out}");
+}
+
+/// Run a health binary the way slurmd does (root, `SLURMD_NODENAME`, the cluster's
+/// `SLURM_CONF`) and return its exit code and output.
+fn run_direct(c: &Cluster, program: &str, config: &Path) -> (i32, String) {
+    let bin = c.dir().join("lib").join(program);
+    let out = std::process::Command::new("timeout")
+        .args(["30"])
+        .arg(&bin)
+        .arg("--config")
+        .arg(config)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("SLURM_CONF", c.conf())
+        .env("SLURMD_NODENAME", c.node())
+        .output()
+        .expect("run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn wait_reason(
+    c: &Cluster,
+    want: impl Fn(&str, &str) -> bool,
+    limit: Duration,
+) -> (String, String) {
+    let t = Instant::now();
+    loop {
+        let (state, reason) = c.node_state().expect("node state");
+        if want(&state, &reason) || t.elapsed() > limit {
+            return (state, reason);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn prolog_failure_drains_with_the_suites_reason() {
+    let n = node(2);
+    let setup = HealthSetup {
+        config: n.config.clone(),
+        prolog: true,
+        epilog: false,
+        health_interval: None,
+    };
+    let Some(c) = start("prolog_failure_drains_with_the_suites_reason", setup) else {
+        return;
+    };
+    // A healthy node: the job runs.
+    let ok = c
+        .client(&["srun", "-n1", "hostname"], &ClientOptions::bounded(30))
+        .expect("srun");
+    assert!(ok.success(), "healthy prolog: {ok}");
+    let reason = inject_xid79(&n);
+    let bad = c
+        .client(
+            &["srun", "-n1", "--gres=gpu:1", "echo", "RAN-ON-BAD-NODE"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    eprintln!(
+        "MEASURED srun after prolog failure: exit {:?}; stderr: {}",
+        bad.code(),
+        bad.stderr.trim()
+    );
+    assert!(!bad.success(), "the job must not run: {bad}");
+    assert!(!bad.stdout.contains("RAN-ON-BAD-NODE"), "{bad}");
+    let (state, got) = c.node_state().expect("state");
+    eprintln!("MEASURED scontrol show node: State={state} Reason={got}");
+    assert!(got.starts_with(&reason), "reason {got:?}, want {reason:?}");
+    assert!(state.contains("DRAIN"), "{state}");
+    let r = sinfo(&c, &["-R"]);
+    eprintln!("MEASURED sinfo -R:\n{r}");
+    assert!(r.contains("gpu-affinity: GPU_XID_79"), "{r}");
+    let wide = sinfo(&c, &["-h", "-N", "-o", "%N|%P|%T|%G|%E"]);
+    eprintln!("MEASURED sinfo -h -N -o %N|%P|%T|%G|%E: {wide}");
+    assert!(
+        wide.trim_end().ends_with(&reason),
+        "%E must be unpadded, untruncated: {wide}"
+    );
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default();
+    eprintln!("MEASURED prolog output:\n{out}");
+    assert!(out.contains("exit 1"), "{out}");
+    let env =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.env")).unwrap_or_default();
+    eprintln!(
+        "MEASURED prolog env: SLURM_CONF {}; SLURM_JOB_GPUS {:?}",
+        if env.contains("SLURM_CONF=") {
+            "set"
+        } else {
+            "unset"
+        },
+        env.lines().find(|l| l.starts_with("SLURM_JOB_GPUS="))
+    );
+}
+
+#[test]
+fn an_admins_reason_is_kept() {
+    let n = node(2);
+    let setup = HealthSetup {
+        config: n.config.clone(),
+        prolog: true,
+        epilog: false,
+        health_interval: None,
+    };
+    let Some(c) = start("an_admins_reason_is_kept", setup) else {
+        return;
+    };
+    let admin = "admin: fan 3 replaced, do not use";
+    scontrol(
+        &c,
+        &[
+            "update",
+            &format!("nodename={}", c.node()),
+            "state=drain",
+            &format!("reason={admin}"),
+        ],
+    );
+    inject_xid79(&n);
+    let (code, out) = run_direct(&c, "gpu-affinity-prolog", &n.config);
+    eprintln!(
+        "MEASURED prolog on an admin-drained node: exit {code}: {}",
+        out.trim()
+    );
+    assert_eq!(code, 1, "a drain verdict still fails the prolog: {out}");
+    let (state, reason) = c.node_state().expect("state");
+    eprintln!("MEASURED after: State={state} Reason={reason}");
+    assert!(
+        reason.starts_with(admin),
+        "admin reason changed: {reason:?}"
+    );
+}
+
+#[test]
+fn health_program_resumes_its_own_drain_and_leaves_an_admins() {
+    let n = node(2);
+    let setup = HealthSetup {
+        config: n.config.clone(),
+        prolog: false,
+        epilog: false,
+        health_interval: Some(2),
+    };
+    let Some(c) = start(
+        "health_program_resumes_its_own_drain_and_leaves_an_admins",
+        setup,
+    ) else {
+        return;
+    };
+    let reason = inject_xid79(&n);
+    // slurmd's own HealthCheckProgram drains the node...
+    let (state, got) = wait_reason(&c, |_, r| r.starts_with(&reason), Duration::from_secs(30));
+    eprintln!("MEASURED health drain: State={state} Reason={got}");
+    assert!(got.starts_with(&reason), "{got:?}");
+    // ...and, the fault gone, resumes it after resume_after (2) clean passes.
+    std::fs::write(n.root.join("dev/kmsg"), HEALTHY_KMSG).expect("kmsg");
+    let t = Instant::now();
+    let (state, got) = wait_reason(&c, |s, _| !s.contains("DRAIN"), Duration::from_secs(40));
+    eprintln!(
+        "MEASURED resume after {:?}: State={state} Reason={got:?}",
+        t.elapsed()
+    );
+    assert!(!state.contains("DRAIN"), "not resumed: {state} {got}");
+    // An admin's drain is left alone across passes.
+    let admin = "admin: memtest";
+    scontrol(
+        &c,
+        &[
+            "update",
+            &format!("nodename={}", c.node()),
+            "state=drain",
+            &format!("reason={admin}"),
+        ],
+    );
+    let passes = |c: &Cluster| {
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-health.out"))
+            .unwrap_or_default()
+            .matches("exit ")
+            .count()
+    };
+    let before = passes(&c);
+    let t = Instant::now();
+    while passes(&c) < before + 3 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (state, got) = c.node_state().expect("state");
+    eprintln!(
+        "MEASURED {} health passes later: State={state} Reason={got}",
+        passes(&c) - before
+    );
+    assert!(passes(&c) >= before + 3, "slurmd ran too few health passes");
+    assert!(
+        state.contains("DRAIN") && got.starts_with(admin),
+        "{state} {got}"
+    );
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-health.out")).unwrap_or_default();
+    eprintln!(
+        "MEASURED health output (tail):\n{}",
+        out.lines().rev().take(6).collect::<Vec<_>>().join("\n")
+    );
+}
