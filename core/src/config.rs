@@ -45,7 +45,9 @@
 //!
 //! [slurm]
 //! bin_dir = "/usr/bin"          # where scontrol and sinfo are (unset: the usual prefixes)
-//! gres_conf = "/etc/slurm/gres.conf" # numbers SLURM_JOB_GPUS (unset: next to slurmd's SLURM_CONF)
+//! conf = "/etc/slurm/slurm.conf" # SLURM_CONF for sinfo/scontrol (unset: the environment's;
+//!                               # slurmd gives HealthCheckProgram none)
+//! gres_conf = "/etc/slurm/gres.conf" # numbers SLURM_JOB_GPUS (unset: next to slurm.conf)
 //!
 //! [metrics]
 //! textfile = "/var/lib/node_exporter/gpu_affinity.prom"
@@ -157,6 +159,8 @@ pub struct HealthConfig {
     pub resume_after: Option<u32>,
     pub handoff: Option<crate::health::drain::Handoff>,
     pub slurm_bin_dir: Option<PathBuf>,
+    /// `[slurm] conf`: slurm.conf for the clients (`SLURM_CONF`).
+    pub slurm_conf: Option<PathBuf>,
     /// `[slurm] gres_conf`: the gres.conf slurmd reads, for Slurm's GPU ids.
     pub gres_conf: Option<PathBuf>,
     pub textfile: Option<PathBuf>,
@@ -294,6 +298,7 @@ struct DrainDoc {
 #[serde(deny_unknown_fields)]
 struct SlurmDoc {
     bin_dir: Option<Spanned<String>>,
+    conf: Option<Spanned<String>>,
     gres_conf: Option<Spanned<String>>,
 }
 
@@ -492,6 +497,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         resume_after: count("[drain] resume_after", &doc.drain.resume_after)?,
         handoff,
         slurm_bin_dir: dir("[slurm] bin_dir", &doc.slurm.bin_dir)?,
+        slurm_conf: path("[slurm] conf", &doc.slurm.conf)?,
         gres_conf: path("[slurm] gres_conf", &doc.slurm.gres_conf)?,
         textfile: path("[metrics] textfile", &doc.metrics.textfile)?,
         dcgm_job_mapping_dir: dir(

@@ -86,18 +86,22 @@ pub fn node_name() -> String {
 }
 
 /// How Slurm numbers this node's GPUs: core's one mapping (the plugin's too) over the
-/// gres.conf slurmd reads — `[slurm] gres_conf`, else next to the `SLURM_CONF` slurmd
-/// passes its prolog/epilog (slurmd's own `-f` file, or the configless conf-cache), else
-/// /etc/slurm. No gres.conf there: minor order, what `File=/dev/nvidia[0-N]` gives.
+/// gres.conf slurmd reads — `[slurm] gres_conf`, else next to `[slurm] conf`, else next
+/// to the `SLURM_CONF` slurmd passes its prolog/epilog (its own `-f` file, or the
+/// configless conf-cache), else /etc/slurm. No gres.conf there: minor order, what
+/// `File=/dev/nvidia[0-N]` gives.
 pub fn slurm_gpus(
     machine: &gpu_affinity::model::Machine,
-    gres_conf: Option<&Path>,
+    cfg: &Config,
     node: &str,
 ) -> Result<SlurmGpus, String> {
-    let path = gres_conf.map_or_else(
-        || gres_conf_path(std::env::var_os("SLURM_CONF").map(PathBuf::from).as_deref()),
-        Path::to_path_buf,
-    );
+    let gres_conf = cfg.health.gres_conf.as_deref();
+    let slurm_conf = cfg
+        .health
+        .slurm_conf
+        .clone()
+        .or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
+    let path = gres_conf.map_or_else(|| gres_conf_path(slurm_conf.as_deref()), Path::to_path_buf);
     let conf = read_gres_conf(&path, state::owner()).map_err(|e| e.to_string())?;
     if conf.is_none() && gres_conf.is_some() {
         return Err(format!(
@@ -224,9 +228,7 @@ pub fn pass(
         && let Ok(s) = &sysfs
     {
         let env = std::env::var("SLURM_JOB_GPUS").ok();
-        match slurm_gpus(&s.machine, cfg.health.gres_conf.as_deref(), node)
-            .and_then(|n| job_gpus(&n, env.as_deref()))
-        {
+        match slurm_gpus(&s.machine, cfg, node).and_then(|n| job_gpus(&n, env.as_deref())) {
             Ok(Some((i, pci))) => {
                 scope.gpus = Some(pci);
                 indices = Some(i);
@@ -324,7 +326,10 @@ pub fn main(program: Program) -> ! {
         }
     };
     let node = node_name();
-    let slurm = Slurm::new(cfg.health.slurm_bin_dir.clone());
+    let slurm = Slurm::new(
+        cfg.health.slurm_bin_dir.clone(),
+        cfg.health.slurm_conf.clone(),
+    );
     let (report, rows, next, indices) =
         pass(program, &cfg, &node, Arc::new(RealProber), Some(&slurm));
     let policy = policy_of(&cfg);
