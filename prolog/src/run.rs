@@ -115,14 +115,18 @@ pub fn slurm_gpus(
     }))
 }
 
+/// A job's GPUs: Slurm's ids and the PCI addresses they name, in the same order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobGpus {
+    pub ids: Vec<u32>,
+    pub pci: Vec<PciAddr>,
+}
+
 /// The job's GPUs from `SLURM_JOB_GPUS`: Slurm's gres indices (positions in slurmd's
 /// device list, never /dev/nvidiaN minors; ARCHITECTURE.md "Slurm's GPU ids"), parsed
 /// bounded and mapped through `numbering`. `Ok(None)`: the job has no GPUs. `Err`: a line
 /// for the log; the caller then checks every GPU, a wider scope rather than a wrong one.
-pub fn job_gpus(
-    numbering: &SlurmGpus,
-    env: Option<&str>,
-) -> Result<Option<(Vec<u32>, Vec<PciAddr>)>, String> {
+pub fn job_gpus(numbering: &SlurmGpus, env: Option<&str>) -> Result<Option<JobGpus>, String> {
     let Some(env) = env.map(str::trim).filter(|e| !e.is_empty()) else {
         return Ok(None);
     };
@@ -131,7 +135,7 @@ pub fn job_gpus(
     let pci = numbering
         .map(&ids)
         .map_err(|e| format!("SLURM_JOB_GPUS: {e}"))?;
-    Ok(Some((ids, pci)))
+    Ok(Some(JobGpus { ids, pci }))
 }
 
 fn expect_of(c: &Config) -> Expect {
@@ -229,9 +233,9 @@ pub fn pass(
     {
         let env = std::env::var("SLURM_JOB_GPUS").ok();
         match slurm_gpus(&s.machine, cfg, node).and_then(|n| job_gpus(&n, env.as_deref())) {
-            Ok(Some((i, pci))) => {
-                scope.gpus = Some(pci);
-                indices = Some(i);
+            Ok(Some(job)) => {
+                scope.gpus = Some(job.pci);
+                indices = Some(job.ids);
             }
             Ok(None) => {}
             Err(e) => log_line(program, &format!("{e}; checking every GPU")),
@@ -489,11 +493,11 @@ mod tests {
         // File= order 7,6,5,...: Slurm's GPU 0 is /dev/nvidia7 (measured on 22.05).
         let (m, n) = numbering("Name=gpu File=/dev/nvidia[7,6,5,4,3,2,1,0]\n");
         let order = m.gpus_in_slurm_order();
-        let (ids, pci) = job_gpus(&n, Some("0,1")).expect("maps").expect("some");
-        assert_eq!(ids, vec![0, 1]);
-        assert_eq!(pci, vec![order[7].pci, order[6].pci]);
-        let (_, pci) = job_gpus(&n, Some("6-7")).expect("maps").expect("some");
-        assert_eq!(pci, vec![order[1].pci, order[0].pci]);
+        let job = job_gpus(&n, Some("0,1")).expect("maps").expect("some");
+        assert_eq!(job.ids, vec![0, 1]);
+        assert_eq!(job.pci, vec![order[7].pci, order[6].pci]);
+        let job = job_gpus(&n, Some("6-7")).expect("maps").expect("some");
+        assert_eq!(job.pci, vec![order[1].pci, order[0].pci]);
     }
 
     #[test]
