@@ -85,6 +85,20 @@ struct Case {
 }
 
 fn none_m(_: &mut Machine) {}
+
+/// The healthy node: the matrix's first case and the bench's node.
+fn healthy() -> Case {
+    Case {
+        name: "healthy",
+        machine: none_m,
+        tree: none_t,
+        sim: none_s,
+        program: "health",
+        verdict: "ok",
+        reason: "",
+        bound: Duration::from_secs(3),
+    }
+}
 fn none_t(_: &Path, _: &Machine) {}
 fn none_s(_: &mut serde_json::Value) {}
 
@@ -215,16 +229,7 @@ fn run_matrix() -> usize {
     let lib = sim_library();
     let s = Duration::from_secs;
     let cases = vec![
-        Case {
-            name: "healthy",
-            machine: none_m,
-            tree: none_t,
-            sim: none_s,
-            program: "health",
-            verdict: "ok",
-            reason: "",
-            bound: s(3),
-        },
+        healthy(),
         Case {
             name: "GPU missing",
             machine: |m| {
@@ -548,17 +553,7 @@ fn run_matrix() -> usize {
 /// whole-process passes. The goal is a 50 ms median; the check here is loose (this
 /// machine's 2 cores are shared), the figures are what the report quotes.
 fn bench(lib: &Path, runs: u32) -> (bool, String) {
-    let healthy = Case {
-        name: "bench",
-        machine: none_m,
-        tree: none_t,
-        sim: none_s,
-        program: "health",
-        verdict: "ok",
-        reason: "",
-        bound: Duration::from_secs(3),
-    };
-    let n = node(&healthy, lib, "");
+    let n = node(&healthy(), lib, "");
     let out = Command::new(env!("CARGO_BIN_EXE_gpu-affinity-health"))
         .args(["--bench", &runs.to_string(), "--json", "--config"])
         .arg(&n.cfg)
