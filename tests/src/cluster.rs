@@ -56,6 +56,8 @@ pub struct ClusterBuilder {
     series: Option<String>,
     contain_spank: bool,
     health: Option<HealthSetup>,
+    /// Lines appended to slurm.conf as they are.
+    conf_lines: Vec<String>,
 }
 
 /// The suite's health binaries as Slurm runs them: `Prolog=`, `Epilog=`,
@@ -99,7 +101,15 @@ impl ClusterBuilder {
             series: None,
             contain_spank: false,
             health: None,
+            conf_lines: Vec::new(),
         }
+    }
+
+    /// Append a line to slurm.conf (e.g. node records without a slurmd, and a partition
+    /// holding them, for a fleet whose other nodes only slurmctld knows).
+    pub fn slurm_conf_line(mut self, line: &str) -> Self {
+        self.conf_lines.push(line.to_owned());
+        self
     }
 
     /// Run the suite's health binaries from slurmd (see [`HealthSetup`]). Slurm gives
@@ -345,10 +355,11 @@ impl Cluster {
             cluster.plugin_args = args;
         }
         cluster.write_plugstack(cluster.plugin_path.is_some())?;
-        let extra = match &b.health {
+        let mut extra = match &b.health {
             Some(h) => cluster.health_wrappers(h)?,
             None => Vec::new(),
         };
+        extra.extend(b.conf_lines.iter().cloned());
 
         let shape = match b.shape {
             Some(s) => s,
@@ -634,11 +645,15 @@ impl Cluster {
     pub fn wait_idle(&mut self, limit: Duration) -> Result<()> {
         self.wait_for("the node to become idle", limit, |c| {
             c.check_daemons()?;
+            // This node only (one row per partition it is in): other node records
+            // (`slurm_conf_line`) may have no slurmd.
             let out = c.client(
-                &["sinfo", "-h", "-N", "-o", "%T"],
+                &["sinfo", "-h", "-N", "-n", &c.node, "-o", "%T"],
                 &ClientOptions::bounded(5),
             )?;
-            Ok(out.success() && out.stdout.trim() == "idle")
+            Ok(out.success()
+                && !out.stdout.trim().is_empty()
+                && out.stdout.lines().all(|l| l.trim() == "idle"))
         })
     }
 

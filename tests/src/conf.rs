@@ -106,7 +106,8 @@ pub struct SlurmConf<'a> {
     /// `SlurmdParameters=contain_spank` (24.05+) with a tmpfs job container, for a
     /// Slurm of this (major, minor); `None` for no container.
     pub contain_spank: Option<(u32, u32)>,
-    /// Whole lines appended before the node line (`Prolog=...`, `HealthCheckProgram=...`).
+    /// Whole lines appended at the end (`Prolog=...`, `HealthCheckProgram=...`, more
+    /// nodes and partitions).
     pub extra: &'a [String],
 }
 
@@ -177,9 +178,6 @@ impl SlurmConf<'_> {
         if !slurmd_params.is_empty() {
             line(format!("SlurmdParameters={}", slurmd_params.join(",")));
         }
-        for l in self.extra {
-            line(l.clone());
-        }
         let gres = if self.gpus > 0 {
             format!(" Gres=gpu:{}", self.gpus)
         } else {
@@ -194,6 +192,9 @@ impl SlurmConf<'_> {
             "PartitionName=test Nodes={} Default=YES MaxTime=INFINITE State=UP",
             self.node
         ));
+        for l in self.extra {
+            line(l.clone());
+        }
         s
     }
 }

@@ -70,7 +70,9 @@ impl Node {
 /// `%T` state.
 fn reason_state(c: &Cluster) -> (String, String) {
     let out = sinfo(c, &["-h", "-N", "-n", c.node(), "-o", "%E|%T"]);
-    let (r, s) = out.trim().rsplit_once('|').unwrap_or(("", ""));
+    // One row per partition the node is in; they agree.
+    let first = out.lines().next().unwrap_or_default();
+    let (r, s) = first.trim().rsplit_once('|').unwrap_or(("", ""));
     (r.to_owned(), s.to_owned())
 }
 
@@ -330,4 +332,59 @@ fn health_program_resumes_its_own_drain_and_leaves_an_admins() {
         "MEASURED health output (tail):\n{}",
         out.lines().rev().take(6).collect::<Vec<_>>().join("\n")
     );
+}
+
+/// The fleet circuit breaker under a real slurmctld: the node shares a partition with four
+/// node records that have no slurmd (slurmctld knows them, sinfo lists them), one of which
+/// already carries the suite's reason. 1 of 5 is at `max_share` (0.1 by default, and
+/// 20% >= 10%), so the failing prolog holds the drain back, says so, and lets the job run.
+#[test]
+fn the_circuit_breaker_holds_back_a_drain_past_max_share() {
+    let n = node(2);
+    let setup = HealthSetup {
+        config: n.config.clone(),
+        prolog: true,
+        epilog: false,
+        health_interval: None,
+    };
+    let test = "the_circuit_breaker_holds_back_a_drain_past_max_share";
+    let Some(c) = ClusterBuilder::new()
+        .health_programs(setup)
+        .slurm_conf_line("NodeName=peer[1-4] NodeAddr=127.0.0.1 Port=1 CPUs=1 State=UNKNOWN")
+        .slurm_conf_line("PartitionName=fleet Nodes=ALL MaxTime=INFINITE State=UP")
+        .start_or_skip(test)
+        .expect("cluster")
+    else {
+        return;
+    };
+    n.point_at(&c);
+    scontrol(
+        &c,
+        &[
+            "update",
+            "nodename=peer1",
+            "state=drain",
+            "reason=gpu-affinity: GPU_XID_79 gpu=0000:53:00.0",
+        ],
+    );
+    let rows = sinfo(&c, &["-h", "-N", "-o", "%N|%P|%T|%G|%E"]);
+    eprintln!("MEASURED fleet sinfo:\n{rows}");
+    inject_xid79(&n);
+    let job = c
+        .client(
+            &["srun", "-w", c.node(), "-n1", "echo", "RAN"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default();
+    eprintln!("MEASURED held-back prolog: {job}\n{out}");
+    assert!(job.success() && job.stdout.contains("RAN"), "{job}");
+    assert!(
+        out.contains("NOT DRAINING") && out.contains("circuit breaker"),
+        "{out}"
+    );
+    let (reason, state) = reason_state(&c);
+    assert!(reason.is_empty() || reason == "none", "{reason}");
+    assert!(!state.starts_with("drain"), "{state}");
 }
