@@ -76,6 +76,16 @@ fn reason_state(c: &Cluster) -> (String, String) {
     (r.to_owned(), s.to_owned())
 }
 
+/// slurmd runs the suite's prolog with this node's config.
+fn prolog_only(n: &Node) -> HealthSetup {
+    HealthSetup {
+        config: n.config.clone(),
+        prolog: true,
+        epilog: false,
+        health_interval: None,
+    }
+}
+
 /// An XID 79 (fallen off the bus) record for the node's first GPU.
 fn inject_xid79(n: &Node) -> String {
     let bus = n.machine.gpus[0].pci.to_string();
@@ -151,12 +161,7 @@ fn wait_reason(
 #[test]
 fn prolog_failure_drains_with_the_suites_reason() {
     let n = node(2);
-    let setup = HealthSetup {
-        config: n.config.clone(),
-        prolog: true,
-        epilog: false,
-        health_interval: None,
-    };
+    let setup = prolog_only(&n);
     let Some(c) = start("prolog_failure_drains_with_the_suites_reason", setup) else {
         return;
     };
@@ -234,12 +239,7 @@ fn prolog_failure_drains_with_the_suites_reason() {
 #[test]
 fn an_admins_reason_is_kept() {
     let n = node(2);
-    let setup = HealthSetup {
-        config: n.config.clone(),
-        prolog: true,
-        epilog: false,
-        health_interval: None,
-    };
+    let setup = prolog_only(&n);
     let Some(c) = start("an_admins_reason_is_kept", setup) else {
         return;
     };
@@ -341,12 +341,7 @@ fn health_program_resumes_its_own_drain_and_leaves_an_admins() {
 #[test]
 fn the_circuit_breaker_holds_back_a_drain_past_max_share() {
     let n = node(2);
-    let setup = HealthSetup {
-        config: n.config.clone(),
-        prolog: true,
-        epilog: false,
-        health_interval: None,
-    };
+    let setup = prolog_only(&n);
     let test = "the_circuit_breaker_holds_back_a_drain_past_max_share";
     let Some(c) = ClusterBuilder::new()
         .health_programs(setup)
