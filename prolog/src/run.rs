@@ -126,6 +126,20 @@ pub fn slurm_gpus(
     }))
 }
 
+/// The ids dcgm-exporter's HPC job mapping files are named by. Its hpcMapper
+/// (internal/pkg/transformation/hpc.go) keeps files whose name parses as an integer and
+/// matches each name against a metric's `gpu` label, DCGM's GPU id, which is the NVML
+/// index: PCI bus order, not Slurm's gres index (the two differ when gres.conf lists
+/// devices out of bus order) and not the /dev/nvidiaN minor.
+pub fn dcgm_gpu_ids(machine: &gpu_affinity::model::Machine, pci: &[PciAddr]) -> Vec<u32> {
+    let mut bus: Vec<PciAddr> = machine.gpus.iter().map(|g| g.pci).collect();
+    bus.sort();
+    pci.iter()
+        .filter_map(|p| bus.iter().position(|b| b == p))
+        .filter_map(|i| u32::try_from(i).ok())
+        .collect()
+}
+
 /// A job's GPUs: Slurm's ids and the PCI addresses they name, in the same order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobGpus {
@@ -245,8 +259,8 @@ pub fn pass(
         let env = std::env::var("SLURM_JOB_GPUS").ok();
         match slurm_gpus(&s.machine, cfg, node).and_then(|n| job_gpus(&n, env.as_deref())) {
             Ok(Some(job)) => {
+                indices = Some(dcgm_gpu_ids(&s.machine, &job.pci));
                 scope.gpus = Some(job.pci);
-                indices = Some(job.ids);
             }
             Ok(None) => {}
             Err(e) => log_line(program, &format!("{e}; checking every GPU")),
@@ -571,6 +585,17 @@ mod tests {
         assert_eq!(job.pci, vec![order[7].pci, order[6].pci]);
         let job = job_gpus(&n, Some("6-7")).expect("maps").expect("some");
         assert_eq!(job.pci, vec![order[1].pci, order[0].pci]);
+    }
+
+    #[test]
+    fn dcgm_mapping_files_are_named_by_nvml_index() {
+        // Slurm's GPUs 0,1 are /dev/nvidia7 and 6 here: the highest buses, NVML 7 and 6.
+        let (m, n) = numbering("Name=gpu File=/dev/nvidia[7,6,5,4,3,2,1,0]\n");
+        let job = job_gpus(&n, Some("0,1")).expect("maps").expect("some");
+        assert_eq!(dcgm_gpu_ids(&m, &job.pci), vec![7, 6]);
+        let (_, n) = numbering("Name=gpu File=/dev/nvidia[0-7]\n");
+        let job = job_gpus(&n, Some("2")).expect("maps").expect("some");
+        assert_eq!(dcgm_gpu_ids(&m, &job.pci), vec![2]);
     }
 
     #[test]
