@@ -829,7 +829,24 @@ mod tests {
         assert!(
             h.textfile.is_some() && h.dcgm_job_mapping_dir.is_some() && h.nvml_library.is_some()
         );
+        let c = parse(
+            "[slurm]\nbin_dir = \"/opt/slurm/bin\"\nconf = \"/opt/slurm/etc/slurm.conf\"\n\
+             gres_conf = \"/opt/slurm/etc/gres.conf\"\n",
+        )
+        .expect("[slurm]");
+        assert_eq!(
+            c.health.slurm_conf.as_deref(),
+            Some(Path::new("/opt/slurm/etc/slurm.conf"))
+        );
+        assert_eq!(
+            c.health.gres_conf.as_deref(),
+            Some(Path::new("/opt/slurm/etc/gres.conf"))
+        );
         for (text, want) in [
+            (
+                "[slurm]\n\ngres_conf = \"gres.conf\"\n",
+                "config line 3: [slurm] gres_conf = 'gres.conf' is invalid: expected an absolute path",
+            ),
             (
                 "[drain]\nmax_share = 1.5\n",
                 "config line 2: [drain] max_share = 1.5 is invalid",
