@@ -66,6 +66,7 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
                 .ok(),
             retired_pending: device.are_pages_pending_retired().ok(),
             persistence: device.is_in_persistent_mode().ok(),
+            compute_processes: device.running_compute_processes_count().ok(),
             ..NvmlGpu::default()
         };
         if let Some(f) = &remapped {

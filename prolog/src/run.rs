@@ -251,6 +251,7 @@ pub fn pass(
     let mut scope = Scope {
         fast_only: program == Program::Prolog,
         gpus: None,
+        after_job: program == Program::Epilog,
     };
     let mut indices = None;
     if program != Program::Health

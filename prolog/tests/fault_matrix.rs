@@ -55,22 +55,34 @@ fn main() {
 }
 
 fn sim_library() -> PathBuf {
+    // Cargo cannot depend on a cdylib; build it the way the Slurm harness builds the plugin.
+    built("nvml-sim", "libnvml_sim.so")
+}
+
+/// `cargo build -p package` into this test's target dir; the path of `file` there.
+fn built(package: &str, file: &str) -> PathBuf {
     let target = std::env::current_exe()
         .ok()
         .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
         .expect("target dir");
-    let lib = target.join("libnvml_sim.so");
-    // Cargo cannot depend on a cdylib; build it the way the Slurm harness builds the plugin.
+    let path = target.join(file);
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "-q", "-p", "nvml-sim"])
+        .args(["build", "-q", "-p", package])
         .status()
-        .expect("cargo build nvml-sim");
+        .unwrap_or_else(|e| panic!("cargo build {package}: {e}"));
     assert!(
-        status.success() && lib.exists(),
-        "nvml simulator not built at {}",
-        lib.display()
+        status.success() && path.exists(),
+        "{package} not built at {}",
+        path.display()
     );
-    lib
+    path
+}
+
+/// gpu-affinity-epilog lives in another package: built once, like the simulator.
+fn epilog_binary() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| built("gpu-affinity-epilog", "gpu-affinity-epilog"))
+        .clone()
 }
 
 struct Case {
@@ -131,9 +143,11 @@ struct Run {
 }
 
 fn run(program: &str, root: &Path, cfg: &Path, sim: &Path, env: &[(&str, String)]) -> Run {
+    let epilog = epilog_binary();
     let bin = match program {
-        "prolog" => env!("CARGO_BIN_EXE_gpu-affinity-prolog"),
-        _ => env!("CARGO_BIN_EXE_gpu-affinity-health"),
+        "prolog" => Path::new(env!("CARGO_BIN_EXE_gpu-affinity-prolog")),
+        "epilog" => epilog.as_path(),
+        _ => Path::new(env!("CARGO_BIN_EXE_gpu-affinity-health")),
     };
     let t = Instant::now();
     let mut cmd = Command::new(bin);
@@ -325,6 +339,30 @@ fn run_matrix() -> usize {
             bound: s(3),
         },
         Case {
+            name: "processes left behind (epilog)",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| {
+                for g in s["gpus"].as_array_mut().expect("gpus") {
+                    g["processes"] = serde_json::json!([[4242, 1u64 << 30]]);
+                }
+            },
+            program: "epilog",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_PROCS_LEFT gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "processes during a job (health pass)",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][0]["processes"] = serde_json::json!([[4242, 1u64 << 30]]),
+            program: "health",
+            verdict: "ok",
+            reason: "",
+            bound: s(3),
+        },
+        Case {
             name: "NIC port DOWN",
             machine: |m| m.nics[5].ports[0].state = Some("1: DOWN".into()),
             tree: none_t,
@@ -407,7 +445,7 @@ fn run_matrix() -> usize {
             &n.root,
             &n.cfg,
             &n.sim,
-            if case.program == "prolog" { &env } else { &[] },
+            if case.program == "health" { &[] } else { &env },
         );
         let verdict = r.json["verdict"].as_str().unwrap_or("");
         let reason = r.json["reason"].as_str().unwrap_or("");

@@ -228,6 +228,16 @@ pub const CHECKS: &[CheckDef] = &[
         "every NVLink the GPU has is active",
     ),
     check(
+        "gpu.leftover_processes",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_PROCS_LEFT",
+        Other,
+        false,
+        "no compute process left on the job's GPUs after it ended (epilog only)",
+    ),
+    check(
         "gpu.persistence",
         GpuTier,
         Warn,
@@ -380,6 +390,8 @@ pub struct NvmlGpu {
     /// (link, active) for every link NVML reports.
     pub nvlinks: Vec<(u32, bool)>,
     pub persistence: Option<bool>,
+    /// Processes with a compute context on the GPU (NVML's running compute processes).
+    pub compute_processes: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -432,6 +444,8 @@ pub struct Scope {
     pub fast_only: bool,
     /// GPU checks only for these GPUs (the job's); `None`: every GPU.
     pub gpus: Option<Vec<PciAddr>>,
+    /// The job has ended (the epilog): checks of what it left behind run.
+    pub after_job: bool,
 }
 
 /// What a pass remembers for the next one (kept root-owned by the binaries).

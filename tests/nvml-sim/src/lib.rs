@@ -11,6 +11,7 @@
 //!            "remap_failure": false, "retired_pending": false, "nvlinks": [true, true],
 //!            "persistence": true, "lost": false}]}
 //! ```
+//! `"processes": [[pid, used_bytes], ...]` per GPU: its running compute processes.
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
 // These are C exports that NVML's callers invoke with its pointer contract; marking them
@@ -43,6 +44,8 @@ struct Gpu {
     nvlinks: Vec<bool>,
     persistence: bool,
     lost: bool,
+    /// Compute processes on the GPU (pid, used bytes).
+    processes: Vec<(u32, u64)>,
 }
 
 const SUCCESS: c_uint = 0;
@@ -289,5 +292,52 @@ pub extern "C" fn nvmlDeviceGetPersistenceMode(device: *mut c_void, mode: *mut c
     slow();
     let g = device!(device);
     out!(mode, c_uint::from(g.persistence));
+    SUCCESS
+}
+
+/// nvmlProcessInfo_t (v2/v3 layout).
+#[repr(C)]
+pub struct ProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: *mut c_void,
+    count: *mut c_uint,
+    infos: *mut ProcessInfo,
+) -> c_uint {
+    slow();
+    let g = match gpu(device) {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    if count.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let n = g.processes.len() as c_uint;
+    // SAFETY: checked non-null; NVML's contract: *count is the room in `infos`.
+    let room = unsafe { *count };
+    unsafe { *count = n };
+    if n == 0 {
+        return SUCCESS;
+    }
+    if room < n || infos.is_null() {
+        return INSUFFICIENT_SIZE;
+    }
+    for (i, &(pid, used)) in g.processes.iter().enumerate() {
+        // SAFETY: i < n <= room entries the caller provided.
+        unsafe {
+            *infos.add(i) = ProcessInfo {
+                pid,
+                used_gpu_memory: used,
+                gpu_instance_id: u32::MAX,
+                compute_instance_id: u32::MAX,
+            };
+        }
+    }
     SUCCESS
 }
