@@ -339,6 +339,16 @@ fn run_matrix() -> usize {
             bound: s(3),
         },
         Case {
+            name: "recovery action: node reboot",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][4]["recovery_action"] = 2.into(),
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_RECOVERY gpu=",
+            bound: s(3),
+        },
+        Case {
             name: "processes left behind (epilog)",
             machine: none_m,
             tree: none_t,

@@ -313,6 +313,20 @@ fn run(
                 _ => None,
             }
         }),
+        "gpu.recovery_action" => nvml_each(inputs, scope, def, |g| {
+            let what = match g.recovery_action? {
+                0 => return None,
+                1 => "GPU reset",
+                2 => "node reboot",
+                3 => "drain P2P",
+                4 => "drain and reset",
+                _ => "unknown action",
+            };
+            Some(format!(
+                "NVML recovery action {} ({what})",
+                g.recovery_action.unwrap_or_default()
+            ))
+        }),
         "gpu.leftover_processes" => nvml_each(inputs, scope, def, |g| {
             g.compute_processes
                 .filter(|&n| n > 0)

@@ -228,6 +228,16 @@ pub const CHECKS: &[CheckDef] = &[
         "every NVLink the GPU has is active",
     ),
     check(
+        "gpu.recovery_action",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_RECOVERY",
+        GpuFault,
+        true,
+        "NVML's GPU recovery action is none (driver R550+; older drivers: skipped)",
+    ),
+    check(
         "gpu.leftover_processes",
         GpuTier,
         Drain,
@@ -390,6 +400,9 @@ pub struct NvmlGpu {
     /// (link, active) for every link NVML reports.
     pub nvlinks: Vec<(u32, bool)>,
     pub persistence: Option<bool>,
+    /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 GPU reset, 2 node reboot, 3 drain
+    /// P2P, 4 drain and reset (nvml.h `nvmlDeviceGpuRecoveryAction_t`).
+    pub recovery_action: Option<u32>,
     /// Processes with a compute context on the GPU (NVML's running compute processes).
     pub compute_processes: Option<u32>,
 }

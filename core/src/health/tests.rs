@@ -648,3 +648,20 @@ fn leftover_processes_drain_only_after_a_job() {
         r.reason()
     );
 }
+
+#[test]
+fn recovery_action_drains_unless_none_or_unreported() {
+    let (mut inputs, expect) = healthy();
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Ok, "unreported: {}", r.summary());
+    inputs.nvml.as_mut().expect("nvml").gpus[1].recovery_action = Some(0);
+    assert_eq!(run(&inputs, &expect).verdict, Verdict::Ok);
+    inputs.nvml.as_mut().expect("nvml").gpus[1].recovery_action = Some(1);
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Drain);
+    assert!(
+        r.reason().starts_with("gpu-affinity: GPU_RECOVERY gpu="),
+        "{}",
+        r.reason()
+    );
+}

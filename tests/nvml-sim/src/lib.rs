@@ -11,7 +11,8 @@
 //!            "remap_failure": false, "retired_pending": false, "nvlinks": [true, true],
 //!            "persistence": true, "lost": false}]}
 //! ```
-//! `"processes": [[pid, used_bytes], ...]` per GPU: its running compute processes.
+//! `"processes": [[pid, used_bytes], ...]` per GPU: its running compute processes;
+//! `"recovery_action": N` per GPU: the NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field.
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
 // These are C exports that NVML's callers invoke with its pointer contract; marking them
@@ -44,6 +45,8 @@ struct Gpu {
     nvlinks: Vec<bool>,
     persistence: bool,
     lost: bool,
+    /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value; `None`: the field is not supported.
+    recovery_action: Option<u32>,
     /// Compute processes on the GPU (pid, used bytes).
     processes: Vec<(u32, u64)>,
 }
@@ -337,6 +340,51 @@ pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
                 gpu_instance_id: u32::MAX,
                 compute_instance_id: u32::MAX,
             };
+        }
+    }
+    SUCCESS
+}
+
+/// nvmlFieldValue_t.
+#[repr(C)]
+pub struct FieldValue {
+    field_id: c_uint,
+    scope_id: c_uint,
+    timestamp: i64,
+    latency_usec: i64,
+    value_type: c_uint,
+    nvml_return: c_uint,
+    value: c_ulonglong,
+}
+
+const FI_RECOVERY_ACTION: c_uint = 230;
+const VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetFieldValues(
+    device: *mut c_void,
+    count: i32,
+    values: *mut FieldValue,
+) -> c_uint {
+    slow();
+    let g = match gpu(device) {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    if values.is_null() || count < 0 {
+        return INVALID_ARGUMENT;
+    }
+    for i in 0..count as usize {
+        // SAFETY: the caller provides `count` entries.
+        let v = unsafe { &mut *values.add(i) };
+        match (v.field_id, g.recovery_action) {
+            (FI_RECOVERY_ACTION, Some(action)) => {
+                v.value_type = VALUE_TYPE_UNSIGNED_INT;
+                v.nvml_return = SUCCESS;
+                // The union's uiVal: the low 4 bytes (little-endian).
+                v.value = c_ulonglong::from(action);
+            }
+            _ => v.nvml_return = NOT_SUPPORTED,
         }
     }
     SUCCESS
