@@ -46,6 +46,9 @@
 //!
 //! [slurm]
 //! bin_dir = "/usr/bin"          # where scontrol and sinfo are (unset: the usual prefixes)
+//! conf = "/etc/slurm/slurm.conf" # SLURM_CONF for sinfo/scontrol (unset: the environment's;
+//!                               # slurmd gives HealthCheckProgram none)
+//! gres_conf = "/etc/slurm/gres.conf" # numbers SLURM_JOB_GPUS (unset: next to slurm.conf)
 //!
 //! [metrics]
 //! textfile = "/var/lib/node_exporter/gpu_affinity.prom"
@@ -160,6 +163,10 @@ pub struct HealthConfig {
     pub resume_after: Option<u32>,
     pub handoff: Option<crate::health::drain::Handoff>,
     pub slurm_bin_dir: Option<PathBuf>,
+    /// `[slurm] conf`: slurm.conf for the clients (`SLURM_CONF`).
+    pub slurm_conf: Option<PathBuf>,
+    /// `[slurm] gres_conf`: the gres.conf slurmd reads, for Slurm's GPU ids.
+    pub gres_conf: Option<PathBuf>,
     pub textfile: Option<PathBuf>,
     pub dcgm_job_mapping_dir: Option<PathBuf>,
 }
@@ -400,6 +407,8 @@ struct DrainDoc {
 #[serde(deny_unknown_fields)]
 struct SlurmDoc {
     bin_dir: Option<Spanned<String>>,
+    conf: Option<Spanned<String>>,
+    gres_conf: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -597,6 +606,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         resume_after: count("[drain] resume_after", &doc.drain.resume_after)?,
         handoff,
         slurm_bin_dir: dir("[slurm] bin_dir", &doc.slurm.bin_dir)?,
+        slurm_conf: path("[slurm] conf", &doc.slurm.conf)?,
+        gres_conf: path("[slurm] gres_conf", &doc.slurm.gres_conf)?,
         textfile: path("[metrics] textfile", &doc.metrics.textfile)?,
         dcgm_job_mapping_dir: dir(
             "[metrics] dcgm_job_mapping_dir",
@@ -918,7 +929,24 @@ mod tests {
         assert!(
             h.textfile.is_some() && h.dcgm_job_mapping_dir.is_some() && h.nvml_library.is_some()
         );
+        let c = parse(
+            "[slurm]\nbin_dir = \"/opt/slurm/bin\"\nconf = \"/opt/slurm/etc/slurm.conf\"\n\
+             gres_conf = \"/opt/slurm/etc/gres.conf\"\n",
+        )
+        .expect("[slurm]");
+        assert_eq!(
+            c.health.slurm_conf.as_deref(),
+            Some(Path::new("/opt/slurm/etc/slurm.conf"))
+        );
+        assert_eq!(
+            c.health.gres_conf.as_deref(),
+            Some(Path::new("/opt/slurm/etc/gres.conf"))
+        );
         for (text, want) in [
+            (
+                "[slurm]\n\ngres_conf = \"gres.conf\"\n",
+                "config line 3: [slurm] gres_conf = 'gres.conf' is invalid: expected an absolute path",
+            ),
             (
                 "[drain]\nmax_share = 1.5\n",
                 "config line 2: [drain] max_share = 1.5 is invalid",

@@ -38,8 +38,10 @@ pub fn textfile(report: &Report, pass_seconds: f64, now_unix: u64, held_back: u6
     out
 }
 
-/// Write the job id into `DIR/<gpu index>` for each of the job's GPUs (dcgm-exporter's
-/// `--hpc-job-mapping-dir`: the file's name is the GPU index, its lines the job ids).
+/// Write the job id into `DIR/<gpu id>` for each of the job's GPUs: dcgm-exporter's
+/// `--hpc-job-mapping-dir` format, as its hpcMapper reads it (hpc.go): a file per GPU
+/// named by the decimal DCGM GPU id ([`crate::run::dcgm_gpu_ids`]), every line of it one
+/// job label (a blank line would become an empty label, so none is written).
 pub fn map_jobs(dir: &Path, gpus: &[u32], job: &str) -> Result<(), String> {
     for gpu in gpus {
         crate::state::write_atomic(

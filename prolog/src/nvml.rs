@@ -66,6 +66,8 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
                 .ok(),
             retired_pending: device.are_pages_pending_retired().ok(),
             persistence: device.is_in_persistent_mode().ok(),
+            compute_processes: device.running_compute_processes_count().ok(),
+            recovery_action: recovery_action(&device),
             ..NvmlGpu::default()
         };
         if let Some(f) = &remapped {
@@ -98,6 +100,23 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
         driver: nvml.sys_driver_version().ok(),
         gpus,
     })
+}
+
+/// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h; nvml-wrapper exposes it only as a field id).
+const FI_RECOVERY_ACTION: u32 = 230;
+
+/// The GPU's recovery action, where the driver reports the field (R550 and later); `None`
+/// where it does not (the check then passes on nothing rather than guess).
+fn recovery_action(device: &nvml_wrapper::Device) -> Option<u32> {
+    use nvml_wrapper::enums::device::SampleValue;
+    let values = device
+        .field_values_for(&[nvml_wrapper::structs::device::FieldId(FI_RECOVERY_ACTION)])
+        .ok()?;
+    match values.into_iter().next()?.ok()?.value.ok()? {
+        SampleValue::U32(v) => Some(v),
+        SampleValue::U64(v) => u32::try_from(v).ok(),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -19,13 +19,19 @@ const PREFIXES: [&str; 3] = ["/usr/bin", "/usr/local/bin", "/opt/slurm/bin"];
 
 pub struct Slurm {
     bin_dir: Option<PathBuf>,
+    /// `[slurm] conf`, given to the clients as `SLURM_CONF`. slurmd runs
+    /// HealthCheckProgram with only `SLURMD_NODENAME` in its environment (no PATH, no
+    /// SLURM_CONF; measured on 22.05), so a slurm.conf outside the clients' default is
+    /// found only through this key.
+    conf: Option<PathBuf>,
     timeout: Duration,
 }
 
 impl Slurm {
-    pub fn new(bin_dir: Option<PathBuf>) -> Slurm {
+    pub fn new(bin_dir: Option<PathBuf>, conf: Option<PathBuf>) -> Slurm {
         Slurm {
             bin_dir,
+            conf,
             timeout: CLIENT_TIMEOUT,
         }
     }
@@ -44,7 +50,11 @@ impl Slurm {
     /// Run `name args`, killed after the timeout. Stdout on exit status 0.
     pub fn run(&self, name: &str, args: &[&str]) -> Result<String, String> {
         let program = self.program(name);
-        let mut child = Command::new(&program)
+        let mut cmd = Command::new(&program);
+        if let Some(conf) = &self.conf {
+            cmd.env("SLURM_CONF", conf);
+        }
+        let mut child = cmd
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

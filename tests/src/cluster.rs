@@ -61,8 +61,24 @@ pub struct ClusterBuilder {
     /// Files written next to slurm.conf after the harness's own (topology.conf, a
     /// generated gres.conf), `@CLUSTER_DIR@` replaced by the cluster's dir.
     conf_files: Vec<(String, String)>,
-    /// Extra slurm.conf lines (`TopologyPlugin=topology/block`).
+    /// Extra slurm.conf lines before the node lines (`TopologyPlugin=topology/block`).
     conf_lines: Vec<String>,
+    health: Option<HealthSetup>,
+    /// Lines appended at the end of slurm.conf, after the partition (node records
+    /// without a slurmd and their partition).
+    tail_lines: Vec<String>,
+}
+
+/// The suite's health binaries as Slurm runs them: `Prolog=`, `Epilog=`,
+/// `HealthCheckProgram=` (each optional), reading the admin config at `config`.
+#[derive(Debug, Clone)]
+pub struct HealthSetup {
+    /// The admin config (root-owned, not group/other-writable), passed as `--config`.
+    pub config: PathBuf,
+    pub prolog: bool,
+    pub epilog: bool,
+    /// `HealthCheckProgram=` with this `HealthCheckInterval=` (seconds).
+    pub health_interval: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -96,7 +112,25 @@ impl ClusterBuilder {
             nodes: Vec::new(),
             conf_files: Vec::new(),
             conf_lines: Vec::new(),
+            health: None,
+            tail_lines: Vec::new(),
         }
+    }
+
+    /// Append a line to slurm.conf (e.g. node records without a slurmd, and a partition
+    /// holding them, for a fleet whose other nodes only slurmctld knows).
+    pub fn slurm_conf_line(mut self, line: &str) -> Self {
+        self.tail_lines.push(line.to_owned());
+        self
+    }
+
+    /// Run the suite's health binaries from slurmd (see [`HealthSetup`]). Slurm gives
+    /// Prolog=/Epilog=/HealthCheckProgram= no arguments, so each is a two-line wrapper in
+    /// the cluster's lib/ that passes `--config`, records the environment slurmd gave it
+    /// (`log/NAME.env`) and appends the program's output to `log/NAME.out`.
+    pub fn health_programs(mut self, setup: HealthSetup) -> Self {
+        self.health = Some(setup);
+        self
     }
 
     /// `SlurmdParameters=contain_spank` with a tmpfs job container (Slurm 24.05+; an
@@ -361,6 +395,11 @@ impl Cluster {
             cluster.plugin_args = args;
         }
         cluster.write_plugstack(cluster.plugin_path.is_some())?;
+        let mut extra = match &b.health {
+            Some(h) => cluster.health_wrappers(h)?,
+            None => Vec::new(),
+        };
+        extra.extend(b.tail_lines.iter().cloned());
 
         let shape = match b.shape {
             Some(s) => s,
@@ -411,6 +450,7 @@ impl Cluster {
             node_ports: &node_ports,
             host: &host,
             extra_lines: &b.conf_lines,
+            extra: &extra,
         }
         .render();
         write(&cluster.conf, &slurm_conf)?;
@@ -459,6 +499,45 @@ impl Cluster {
 
         cluster.start_slurm()?;
         Ok(cluster)
+    }
+
+    /// Copy the health binaries into lib/ (a rooted series sees only /tmp) and write their
+    /// wrappers; the slurm.conf lines that run them.
+    fn health_wrappers(&self, h: &HealthSetup) -> Result<Vec<String>> {
+        let (prolog, epilog, health) = plugin::health_binaries()?;
+        let mut lines = Vec::new();
+        let mut wrap = |bin: &Path, name: &str, key: &str| -> Result<()> {
+            let copy = self.path.join("lib").join(name);
+            fs::copy(bin, &copy)
+                .context(|| format!("copy {} to {}", bin.display(), copy.display()))?;
+            set_mode(&copy, 0o755)?;
+            let log = self.path.join("log");
+            let script = self.path.join("lib").join(format!("{name}.sh"));
+            write(
+                &script,
+                &format!(
+                    "#!/bin/sh\nenv > {env}\n\"{bin}\" --config \"{cfg}\" >> {out} 2>&1\nrc=$?\necho \"exit $rc\" >> {out}\nexit $rc\n",
+                    env = log.join(format!("{name}.env")).display(),
+                    out = log.join(format!("{name}.out")).display(),
+                    bin = copy.display(),
+                    cfg = h.config.display(),
+                ),
+            )?;
+            set_mode(&script, 0o755)?;
+            lines.push(format!("{key}={}", script.display()));
+            Ok(())
+        };
+        if h.prolog {
+            wrap(&prolog, "gpu-affinity-prolog", "Prolog")?;
+        }
+        if h.epilog {
+            wrap(&epilog, "gpu-affinity-epilog", "Epilog")?;
+        }
+        if let Some(interval) = h.health_interval {
+            wrap(&health, "gpu-affinity-health", "HealthCheckProgram")?;
+            lines.push(format!("HealthCheckInterval={interval}"));
+        }
+        Ok(lines)
     }
 
     fn start_munge(&mut self) -> Result<()> {
@@ -639,11 +718,13 @@ impl Cluster {
     pub fn wait_idle(&mut self, limit: Duration) -> Result<()> {
         self.wait_for("the node to become idle", limit, |c| {
             c.check_daemons()?;
+            // The cluster's own nodes only (a row per node and partition): other node
+            // records (`slurm_conf_line`) may have no slurmd.
+            let ours = c.nodes().join(",");
             let out = c.client(
-                &["sinfo", "-h", "-N", "-o", "%T"],
+                &["sinfo", "-h", "-N", "-n", &ours, "-o", "%T"],
                 &ClientOptions::bounded(5),
             )?;
-            // One line per node: every node idle.
             Ok(out.success()
                 && !out.stdout.trim().is_empty()
                 && out.stdout.lines().all(|l| l.trim() == "idle"))

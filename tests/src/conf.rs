@@ -113,6 +113,9 @@ pub struct SlurmConf<'a> {
     pub host: &'a str,
     /// Extra lines, before the node lines.
     pub extra_lines: &'a [String],
+    /// Whole lines appended at the end (`Prolog=...`, `HealthCheckProgram=...`, more
+    /// nodes and partitions).
+    pub extra: &'a [String],
 }
 
 impl SlurmConf<'_> {
@@ -224,6 +227,9 @@ impl SlurmConf<'_> {
         line(format!(
             "PartitionName=test Nodes={partition} Default=YES MaxTime=INFINITE State=UP"
         ));
+        for l in self.extra {
+            line(l.clone());
+        }
         s
     }
 }
@@ -390,6 +396,7 @@ mod tests {
             node_ports: &[],
             host: "h",
             extra_lines: &[],
+            extra: &[],
         }
         .render()
     }

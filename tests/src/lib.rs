@@ -22,7 +22,7 @@ pub mod prereq;
 pub mod report;
 pub mod series;
 
-pub use cluster::{BatchJob, ClientOptions, Cluster, ClusterBuilder};
+pub use cluster::{BatchJob, ClientOptions, Cluster, ClusterBuilder, HealthSetup};
 pub use conf::{GresLine, GresNode, NodeShape, TaskPlugin};
 pub use error::{HarnessError, Result};
 pub use plugin::Variant;

@@ -209,3 +209,33 @@ pub fn admin_cli() -> Result<PathBuf> {
     })
     .clone()
 }
+
+/// The health binaries (debug builds of `gpu-affinity-prolog`, `-epilog`, `-health`), built
+/// like the plugin so a real-Slurm test never runs a stale one: (prolog, epilog, health).
+pub fn health_binaries() -> Result<(PathBuf, PathBuf, PathBuf)> {
+    static BINS: OnceLock<Result<(PathBuf, PathBuf, PathBuf)>> = OnceLock::new();
+    BINS.get_or_init(|| {
+        let debug = target_dir().join("debug");
+        let mut cmd = Command::new(cargo());
+        cmd.current_dir(workspace_root()).args([
+            "build",
+            "--quiet",
+            "-p",
+            "gpu-affinity-prolog",
+            "-p",
+            "gpu-affinity-epilog",
+            "--bins",
+        ]);
+        let prolog = run_build(
+            cmd,
+            "the health binaries",
+            debug.join("gpu-affinity-prolog"),
+        )?;
+        Ok((
+            prolog,
+            debug.join("gpu-affinity-epilog"),
+            debug.join("gpu-affinity-health"),
+        ))
+    })
+    .clone()
+}

@@ -60,6 +60,9 @@ pub fn evaluate(
         .map(|def| {
             let result = if scope.fast_only && !def.fast {
                 Result_::Skip("not in the prolog's fast pass".into())
+            } else if def.id == "gpu.leftover_processes" && !scope.after_job {
+                // Outside the epilog a running job's processes are expected, not left over.
+                Result_::Skip("only after a job (the epilog)".into())
             } else {
                 run(def, inputs, expect, policy, scope, prev, &mut next)
             };
@@ -309,6 +312,25 @@ fn run(
                 (Some(true), _) => Some("row remap pending (reset the GPU)".into()),
                 _ => None,
             }
+        }),
+        "gpu.recovery_action" => nvml_each(inputs, scope, def, |g| {
+            let what = match g.recovery_action? {
+                0 => return None,
+                1 => "GPU reset",
+                2 => "node reboot",
+                3 => "drain P2P",
+                4 => "drain and reset",
+                _ => "unknown action",
+            };
+            Some(format!(
+                "NVML recovery action {} ({what})",
+                g.recovery_action.unwrap_or_default()
+            ))
+        }),
+        "gpu.leftover_processes" => nvml_each(inputs, scope, def, |g| {
+            g.compute_processes
+                .filter(|&n| n > 0)
+                .map(|n| format!("{n} compute process(es) still on the GPU after the job"))
         }),
         "gpu.retired_pages" => nvml_each(inputs, scope, def, |g| {
             (g.retired_pending == Some(true))

@@ -228,6 +228,26 @@ pub const CHECKS: &[CheckDef] = &[
         "every NVLink the GPU has is active",
     ),
     check(
+        "gpu.recovery_action",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_RECOVERY",
+        GpuFault,
+        true,
+        "NVML's GPU recovery action is none (driver R550+; older drivers: skipped)",
+    ),
+    check(
+        "gpu.leftover_processes",
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_PROCS_LEFT",
+        Other,
+        false,
+        "no compute process left on the job's GPUs after it ended (epilog only)",
+    ),
+    check(
         "gpu.persistence",
         GpuTier,
         Warn,
@@ -380,6 +400,11 @@ pub struct NvmlGpu {
     /// (link, active) for every link NVML reports.
     pub nvlinks: Vec<(u32, bool)>,
     pub persistence: Option<bool>,
+    /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: 0 none, 1 GPU reset, 2 node reboot, 3 drain
+    /// P2P, 4 drain and reset (nvml.h `nvmlDeviceGpuRecoveryAction_t`).
+    pub recovery_action: Option<u32>,
+    /// Processes with a compute context on the GPU (NVML's running compute processes).
+    pub compute_processes: Option<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -432,6 +457,8 @@ pub struct Scope {
     pub fast_only: bool,
     /// GPU checks only for these GPUs (the job's); `None`: every GPU.
     pub gpus: Option<Vec<PciAddr>>,
+    /// The job has ended (the epilog): checks of what it left behind run.
+    pub after_job: bool,
 }
 
 /// What a pass remembers for the next one (kept root-owned by the binaries).

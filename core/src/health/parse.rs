@@ -135,21 +135,98 @@ pub fn sinfo_rows(text: &str) -> Vec<NodeRow> {
         .collect()
 }
 
-/// GPUs in a Slurm gres string (`gpu:8`, `gpu:h100:4(S:0),gpu:a100:4`). Kept tiny and behind
-/// one function: core's gres.conf/hostlist work is to replace it.
+/// The longest gres string [`gres_gpu_count`] reads; sinfo's %G and scontrol's `Gres=`
+/// are a few hundred bytes on real nodes, and a longer one is not trusted to count.
+pub const MAX_GRES_BYTES: usize = 4096;
+
+/// GPUs in a Slurm gres string, as `sinfo -o %G` and `scontrol show node`'s `Gres=` print
+/// it (Slurm's gres_node_state `gres_str`, `name[:type]:count[(S:sockets)]` items joined by
+/// commas): `gpu:8`, `gpu:h100:8(S:0-1)`, `gpu:a:4(S:0,2),gpu:b:2,nic:2`. Commas inside the
+/// parentheses (a socket list such as `S:0,2`) are not item separators. A count may carry
+/// Slurm's K/M/G suffix (powers of 1024) and a bare `gpu` is one GPU. `None`: the node has
+/// no GPU gres (`(null)`, empty, only other gres), or the string is not one Slurm prints
+/// (then the gres count check does not run rather than compare against a guess).
 pub fn gres_gpu_count(gres: &str) -> Option<u32> {
-    let mut total = None;
-    for item in gres.split(',') {
-        let item = item.split('(').next().unwrap_or("").trim();
-        let mut parts = item.split(':');
+    if gres.len() > MAX_GRES_BYTES {
+        return None;
+    }
+    let gres = gres.trim();
+    let mut total: Option<u32> = None;
+    for item in split_outside_parens(gres)? {
+        let item = item.trim();
+        // Drop the `(S:...)` / `(IDX:...)` tail; it must close the item.
+        let head = match item.find('(') {
+            Some(i) if item.ends_with(')') => &item[..i],
+            Some(_) => return None,
+            None => item,
+        };
+        if head.is_empty() || head == "(null)" {
+            continue;
+        }
+        let mut parts = head.split(':');
         if parts.next() != Some("gpu") {
             continue;
         }
-        let count = parts.next_back().and_then(|c| c.parse::<u32>().ok())?;
+        let rest: Vec<&str> = parts.collect();
+        let count = match rest.as_slice() {
+            [] => 1,
+            // `gpu:8` or `gpu:h100` (a typed gres without a count is one).
+            [one] => match gres_count(one) {
+                Some(n) => n,
+                None if is_type(one) => 1,
+                None => return None,
+            },
+            [ty, n] if is_type(ty) => gres_count(n)?,
+            _ => return None,
+        };
         // A sum past u32 is no node's GPU count: unknown, not a wrapped small number.
-        total = Some(total.unwrap_or(0u32).checked_add(count)?);
+        total = Some(total.unwrap_or(0).checked_add(count)?);
     }
     total
+}
+
+/// Split on commas at parenthesis depth 0; `None` for unbalanced parentheses.
+fn split_outside_parens(s: &str) -> Option<Vec<&str>> {
+    let mut out = Vec::new();
+    let (mut depth, mut from) = (0u32, 0);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.checked_sub(1)?,
+            ',' if depth == 0 => {
+                out.push(&s[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    (depth == 0).then(|| {
+        out.push(&s[from..]);
+        out
+    })
+}
+
+/// A gres type name as sites write them (`h100`, `a100_80gb`, `rtx-6000`): a letter, then
+/// letters, digits and `_-.`.
+fn is_type(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_alphabetic())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// A gres count: decimal with an optional K/M/G suffix (Slurm's suffix_mult, x1024).
+fn gres_count(s: &str) -> Option<u32> {
+    let (digits, mult) = match s.as_bytes().last()? {
+        b'k' | b'K' => (&s[..s.len() - 1], 1024u64),
+        b'm' | b'M' => (&s[..s.len() - 1], 1024 * 1024),
+        b'g' | b'G' => (&s[..s.len() - 1], 1024 * 1024 * 1024),
+        _ => (s, 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    u32::try_from(n.checked_mul(mult)?).ok()
 }
 
 #[cfg(test)]
@@ -227,5 +304,35 @@ mod tests {
         assert_eq!(gres_gpu_count(&rows[1].gres), Some(8));
         assert_eq!(gres_gpu_count("gpu:a:4(S:0),gpu:b:2"), Some(6));
         assert_eq!(gres_gpu_count("(null)"), None);
+    }
+
+    #[test]
+    fn gres_strings_as_slurm_prints_them() {
+        // sinfo %G / scontrol Gres= forms.
+        assert_eq!(gres_gpu_count("gpu:8"), Some(8));
+        assert_eq!(gres_gpu_count("gpu:h100:8(S:0-1)"), Some(8));
+        assert_eq!(gres_gpu_count("gpu:h100:8(S:0-1)\n"), Some(8));
+        // A socket list with a comma stays inside its item.
+        assert_eq!(gres_gpu_count("gpu:a100:4(S:0,2),gpu:v100:2(S:1)"), Some(6));
+        assert_eq!(gres_gpu_count("gpu:a100_80gb:4,nic:2,gpu:l4:1"), Some(5));
+        assert_eq!(gres_gpu_count("nic:2,gpu:2(IDX:0-1)"), Some(2));
+        assert_eq!(gres_gpu_count("gpu"), Some(1));
+        assert_eq!(gres_gpu_count("gpu:h100"), Some(1));
+        assert_eq!(gres_gpu_count("gpu:0"), Some(0));
+        assert_eq!(gres_gpu_count("gpu:1K"), Some(1024));
+        // No GPU gres at all.
+        assert_eq!(gres_gpu_count("(null)"), None);
+        assert_eq!(gres_gpu_count(""), None);
+        assert_eq!(gres_gpu_count("nic:2,mps:100"), None);
+        // Not what Slurm prints: no count rather than a guess.
+        assert_eq!(gres_gpu_count("gpu:h100:8(S:0-1"), None);
+        assert_eq!(gres_gpu_count("gpu:8)"), None);
+        assert_eq!(gres_gpu_count("gpu:a:b:4"), None);
+        assert_eq!(gres_gpu_count("gpu:-3"), None);
+        assert_eq!(gres_gpu_count("gpu:4G,gpu:4G"), None);
+        assert_eq!(gres_gpu_count("gpu:99999999999"), None);
+        assert_eq!(gres_gpu_count(&"gpu:1,".repeat(1000)), None);
+        // Not a GPU gres that merely starts with the letters.
+        assert_eq!(gres_gpu_count("gpus:4"), None);
     }
 }

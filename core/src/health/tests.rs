@@ -364,6 +364,7 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
     let scope = Scope {
         fast_only: true,
         gpus: Some(vec![gpu0(&inputs)]),
+        after_job: false,
     };
     let (r, _) = evaluate(
         &inputs,
@@ -376,6 +377,7 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
     let scope = Scope {
         fast_only: true,
         gpus: other.map(|g| vec![g]),
+        after_job: false,
     };
     let (r, _) = evaluate(
         &inputs,
@@ -616,4 +618,50 @@ fn handoff_modes() {
     assert!(!Handoff::Drain.is_own("XID"));
     assert!(Handoff::Drain.is_own("gpu-affinity: X"));
     assert!(!Handoff::Drain.is_own("admin said gpu-affinity: X"));
+}
+
+#[test]
+fn leftover_processes_drain_only_after_a_job() {
+    let (mut inputs, expect) = healthy();
+    inputs.nvml.as_mut().expect("nvml").gpus[2].compute_processes = Some(2);
+    let at = |after_job| {
+        let scope = Scope {
+            after_job,
+            ..Scope::default()
+        };
+        evaluate(
+            &inputs,
+            &expect,
+            &XidPolicy::embedded(),
+            &scope,
+            &PassState::default(),
+        )
+        .0
+    };
+    // A health pass during a job sees its processes: not a fault.
+    assert_eq!(at(false).verdict, Verdict::Ok);
+    let r = at(true);
+    assert_eq!(r.verdict, Verdict::Drain, "{}", r.summary());
+    assert!(
+        r.reason().starts_with("gpu-affinity: GPU_PROCS_LEFT gpu="),
+        "{}",
+        r.reason()
+    );
+}
+
+#[test]
+fn recovery_action_drains_unless_none_or_unreported() {
+    let (mut inputs, expect) = healthy();
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Ok, "unreported: {}", r.summary());
+    inputs.nvml.as_mut().expect("nvml").gpus[1].recovery_action = Some(0);
+    assert_eq!(run(&inputs, &expect).verdict, Verdict::Ok);
+    inputs.nvml.as_mut().expect("nvml").gpus[1].recovery_action = Some(1);
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Drain);
+    assert!(
+        r.reason().starts_with("gpu-affinity: GPU_RECOVERY gpu="),
+        "{}",
+        r.reason()
+    );
 }

@@ -11,6 +11,8 @@
 //!            "remap_failure": false, "retired_pending": false, "nvlinks": [true, true],
 //!            "persistence": true, "lost": false}]}
 //! ```
+//! `"processes": [[pid, used_bytes], ...]` per GPU: its running compute processes;
+//! `"recovery_action": N` per GPU: the NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field.
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
 // These are C exports that NVML's callers invoke with its pointer contract; marking them
@@ -43,6 +45,10 @@ struct Gpu {
     nvlinks: Vec<bool>,
     persistence: bool,
     lost: bool,
+    /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value; `None`: the field is not supported.
+    recovery_action: Option<u32>,
+    /// Compute processes on the GPU (pid, used bytes).
+    processes: Vec<(u32, u64)>,
 }
 
 const SUCCESS: c_uint = 0;
@@ -289,5 +295,97 @@ pub extern "C" fn nvmlDeviceGetPersistenceMode(device: *mut c_void, mode: *mut c
     slow();
     let g = device!(device);
     out!(mode, c_uint::from(g.persistence));
+    SUCCESS
+}
+
+/// nvmlProcessInfo_t (v2/v3 layout).
+#[repr(C)]
+pub struct ProcessInfo {
+    pid: c_uint,
+    used_gpu_memory: c_ulonglong,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
+    device: *mut c_void,
+    count: *mut c_uint,
+    infos: *mut ProcessInfo,
+) -> c_uint {
+    slow();
+    let g = match gpu(device) {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    if count.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let n = g.processes.len() as c_uint;
+    // SAFETY: checked non-null; NVML's contract: *count is the room in `infos`.
+    let room = unsafe { *count };
+    unsafe { *count = n };
+    if n == 0 {
+        return SUCCESS;
+    }
+    if room < n || infos.is_null() {
+        return INSUFFICIENT_SIZE;
+    }
+    for (i, &(pid, used)) in g.processes.iter().enumerate() {
+        // SAFETY: i < n <= room entries the caller provided.
+        unsafe {
+            *infos.add(i) = ProcessInfo {
+                pid,
+                used_gpu_memory: used,
+                gpu_instance_id: u32::MAX,
+                compute_instance_id: u32::MAX,
+            };
+        }
+    }
+    SUCCESS
+}
+
+/// nvmlFieldValue_t.
+#[repr(C)]
+pub struct FieldValue {
+    field_id: c_uint,
+    scope_id: c_uint,
+    timestamp: i64,
+    latency_usec: i64,
+    value_type: c_uint,
+    nvml_return: c_uint,
+    value: c_ulonglong,
+}
+
+const FI_RECOVERY_ACTION: c_uint = 230;
+const VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetFieldValues(
+    device: *mut c_void,
+    count: i32,
+    values: *mut FieldValue,
+) -> c_uint {
+    slow();
+    let g = match gpu(device) {
+        Ok(g) => g,
+        Err(e) => return e,
+    };
+    if values.is_null() || count < 0 {
+        return INVALID_ARGUMENT;
+    }
+    for i in 0..count as usize {
+        // SAFETY: the caller provides `count` entries.
+        let v = unsafe { &mut *values.add(i) };
+        match (v.field_id, g.recovery_action) {
+            (FI_RECOVERY_ACTION, Some(action)) => {
+                v.value_type = VALUE_TYPE_UNSIGNED_INT;
+                v.nvml_return = SUCCESS;
+                // The union's uiVal: the low 4 bytes (little-endian).
+                v.value = c_ulonglong::from(action);
+            }
+            _ => v.nvml_return = NOT_SUPPORTED,
+        }
+    }
     SUCCESS
 }

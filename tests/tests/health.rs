@@ -1,0 +1,385 @@
+//! The health binaries under a real Slurm: slurmd runs them as `Prolog=` and
+//! `HealthCheckProgram=` against a p5.48xlarge fixture tree (`root` in the admin config),
+//! faults are injected into that tree, and `sinfo`/`scontrol` say what happened. Each test
+//! prints what it measured (exit codes, reasons, sinfo's columns) for the report.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gpu_affinity::model::Machine;
+use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, HealthSetup};
+
+const HEALTHY_KMSG: &str = "6,1,100,-;Linux version 6.1\n";
+
+/// A node's fixture tree and admin config, in a root-owned dir the daemons can read.
+struct Node {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+    machine: Machine,
+}
+
+/// `slurm_conf`: the cluster's, for `[slurm] conf` (slurmd gives HealthCheckProgram no
+/// SLURM_CONF); the config is written before the cluster exists, so the path is fixed up
+/// by [`Node::point_at`].
+fn node(resume_after: u32) -> Node {
+    let dir = tempfile::Builder::new()
+        .prefix("gpu-affinity-health.")
+        .tempdir()
+        .expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("mode");
+    let root = dir.path().join("root");
+    let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    gpu_affinity::sources::fixture::write_fixture(&machine, &root).expect("fixture");
+    for d in ["dev", "proc"] {
+        std::fs::create_dir_all(root.join(d)).expect("dirs");
+    }
+    std::fs::write(root.join("dev/kmsg"), HEALTHY_KMSG).expect("kmsg");
+    std::fs::write(root.join("proc/mounts"), "/dev/sda1 / ext4 rw 0 0\n").expect("mounts");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "root = \"{}\"\nstate_dir = \"{}\"\n[gpu]\nexpected = 8\nnvml = false\n\
+             [drain]\nresume_after = {resume_after}\n[slurm]\nconf = \"@SLURM_CONF@\"\n",
+            root.display(),
+            dir.path().join("state").display(),
+        ),
+    )
+    .expect("config");
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).expect("mode");
+    Node {
+        _dir: dir,
+        root,
+        config,
+        machine,
+    }
+}
+
+impl Node {
+    /// Name the started cluster's slurm.conf in the admin config.
+    fn point_at(&self, c: &Cluster) {
+        let text = std::fs::read_to_string(&self.config).expect("config");
+        let text = text.replace("@SLURM_CONF@", &c.conf().display().to_string());
+        std::fs::write(&self.config, text).expect("config");
+    }
+}
+
+/// This node's `sinfo %E` (the reason as set, without scontrol's `[user@time]` tail) and
+/// `%T` state.
+fn reason_state(c: &Cluster) -> (String, String) {
+    let out = sinfo(c, &["-h", "-N", "-n", c.node(), "-o", "%E|%T"]);
+    // One row per partition the node is in; they agree.
+    let first = out.lines().next().unwrap_or_default();
+    let (r, s) = first.trim().rsplit_once('|').unwrap_or(("", ""));
+    (r.to_owned(), s.to_owned())
+}
+
+/// slurmd runs the suite's prolog with this node's config.
+fn prolog_only(n: &Node) -> HealthSetup {
+    HealthSetup {
+        config: n.config.clone(),
+        prolog: true,
+        epilog: false,
+        health_interval: None,
+    }
+}
+
+/// An XID 79 (fallen off the bus) record for the node's first GPU.
+fn inject_xid79(n: &Node) -> String {
+    let bus = n.machine.gpus[0].pci.to_string();
+    let short = &bus[..bus.len() - 2];
+    std::fs::write(
+        n.root.join("dev/kmsg"),
+        format!("{HEALTHY_KMSG}4,2,200,-;NVRM: Xid (PCI:{short}): 79, pid=77, name=python\n"),
+    )
+    .expect("kmsg");
+    format!("gpu-affinity: GPU_XID_79 gpu={bus}")
+}
+
+fn start(test: &str, setup: HealthSetup) -> Option<Cluster> {
+    ClusterBuilder::new()
+        .health_programs(setup)
+        .start_or_skip(test)
+        .expect("cluster")
+}
+
+fn sinfo(c: &Cluster, args: &[&str]) -> String {
+    let mut argv = vec!["sinfo"];
+    argv.extend_from_slice(args);
+    let out = c.client(&argv, &ClientOptions::bounded(10)).expect("sinfo");
+    assert!(out.success(), "{out}");
+    out.stdout
+}
+
+fn scontrol(c: &Cluster, args: &[&str]) {
+    let mut argv = vec!["scontrol"];
+    argv.extend_from_slice(args);
+    let out = c
+        .client(&argv, &ClientOptions::bounded(10))
+        .expect("scontrol");
+    assert!(out.success(), "{out}");
+}
+
+/// Run a health binary the way slurmd does (root, `SLURMD_NODENAME`, the cluster's
+/// `SLURM_CONF`) and return its exit code and output.
+fn run_direct(c: &Cluster, program: &str, config: &Path) -> (i32, String) {
+    let bin = c.dir().join("lib").join(program);
+    let out = std::process::Command::new("timeout")
+        .args(["30"])
+        .arg(&bin)
+        .arg("--config")
+        .arg(config)
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("SLURM_CONF", c.conf())
+        .env("SLURMD_NODENAME", c.node())
+        .output()
+        .expect("run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+fn wait_reason(
+    c: &Cluster,
+    want: impl Fn(&str, &str) -> bool,
+    limit: Duration,
+) -> (String, String) {
+    let t = Instant::now();
+    loop {
+        let (reason, state) = reason_state(c);
+        if want(&state, &reason) || t.elapsed() > limit {
+            return (state, reason);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn prolog_failure_drains_with_the_suites_reason() {
+    let n = node(2);
+    let setup = prolog_only(&n);
+    let Some(c) = start("prolog_failure_drains_with_the_suites_reason", setup) else {
+        return;
+    };
+    n.point_at(&c);
+    // A healthy node: the job runs.
+    let ok = c
+        .client(&["srun", "-n1", "hostname"], &ClientOptions::bounded(30))
+        .expect("srun");
+    assert!(ok.success(), "healthy prolog: {ok}");
+    let reason = inject_xid79(&n);
+    let bad = c
+        .client(
+            &["srun", "-n1", "--gres=gpu:1", "echo", "RAN-ON-BAD-NODE"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    eprintln!(
+        "MEASURED srun after prolog failure: exit {:?}; stderr: {}",
+        bad.code(),
+        bad.stderr.trim()
+    );
+    assert!(!bad.success(), "the job must not run: {bad}");
+    assert!(!bad.stdout.contains("RAN-ON-BAD-NODE"), "{bad}");
+    let show = c
+        .client(
+            &["scontrol", "-o", "show", "node", c.node()],
+            &ClientOptions::bounded(10),
+        )
+        .expect("scontrol");
+    let at = show.stdout.find("Reason=").unwrap_or(0);
+    eprintln!(
+        "MEASURED scontrol -o show node: {}",
+        show.stdout[at..].trim()
+    );
+    assert!(
+        show.stdout[at..].starts_with(&format!("Reason={reason} [root@")),
+        "scontrol prints the reason unquoted, then [user@time]: {show}"
+    );
+    let (got, state) = reason_state(&c);
+    eprintln!("MEASURED sinfo %E|%T: {got}|{state}");
+    assert_eq!(got, reason);
+    assert!(state.starts_with("drain"), "{state}");
+    let r = sinfo(&c, &["-R"]);
+    eprintln!("MEASURED sinfo -R:\n{r}");
+    // sinfo -R's default format is `%20E %9u %19H %N` (22.05): the reason is cut at 20
+    // characters, so only the prefix and the code's start show; -l and %E show it whole.
+    assert!(r.contains("gpu-affinity: GPU_XI"), "{r}");
+    let long = sinfo(&c, &["-R", "-l"]);
+    eprintln!("MEASURED sinfo -R -l:\n{long}");
+    let full = sinfo(&c, &["-R", "-h", "-o", "%E"]);
+    assert_eq!(full.trim(), reason, "sinfo -R -o %E");
+    let wide = sinfo(&c, &["-h", "-N", "-o", "%N|%P|%T|%G|%E"]);
+    eprintln!("MEASURED sinfo -h -N -o %N|%P|%T|%G|%E: {wide}");
+    assert!(
+        wide.trim_end().ends_with(&reason),
+        "%E must be unpadded, untruncated: {wide}"
+    );
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default();
+    eprintln!("MEASURED prolog output:\n{out}");
+    assert!(out.contains("exit 1"), "{out}");
+    let env =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.env")).unwrap_or_default();
+    eprintln!(
+        "MEASURED prolog env: SLURM_CONF {}; SLURM_JOB_GPUS {:?}",
+        if env.contains("SLURM_CONF=") {
+            "set"
+        } else {
+            "unset"
+        },
+        env.lines().find(|l| l.starts_with("SLURM_JOB_GPUS="))
+    );
+}
+
+#[test]
+fn an_admins_reason_is_kept() {
+    let n = node(2);
+    let setup = prolog_only(&n);
+    let Some(c) = start("an_admins_reason_is_kept", setup) else {
+        return;
+    };
+    n.point_at(&c);
+    let admin = "admin: fan 3 replaced, do not use";
+    scontrol(
+        &c,
+        &[
+            "update",
+            &format!("nodename={}", c.node()),
+            "state=drain",
+            &format!("reason={admin}"),
+        ],
+    );
+    inject_xid79(&n);
+    let (code, out) = run_direct(&c, "gpu-affinity-prolog", &n.config);
+    eprintln!(
+        "MEASURED prolog on an admin-drained node: exit {code}: {}",
+        out.trim()
+    );
+    assert_eq!(code, 1, "a drain verdict still fails the prolog: {out}");
+    let (reason, state) = reason_state(&c);
+    eprintln!("MEASURED after: {state} {reason}");
+    assert_eq!(reason, admin, "admin reason changed");
+    assert!(state.starts_with("drain"), "{state}");
+}
+
+#[test]
+fn health_program_resumes_its_own_drain_and_leaves_an_admins() {
+    let n = node(2);
+    let setup = HealthSetup {
+        config: n.config.clone(),
+        prolog: false,
+        epilog: false,
+        health_interval: Some(2),
+    };
+    let Some(c) = start(
+        "health_program_resumes_its_own_drain_and_leaves_an_admins",
+        setup,
+    ) else {
+        return;
+    };
+    n.point_at(&c);
+    let reason = inject_xid79(&n);
+    // slurmd's own HealthCheckProgram drains the node...
+    let (state, got) = wait_reason(&c, |_, r| r == reason, Duration::from_secs(30));
+    eprintln!("MEASURED health drain: State={state} Reason={got}");
+    assert!(got.starts_with(&reason), "{got:?}");
+    // ...and, the fault gone, resumes it after resume_after (2) clean passes.
+    std::fs::write(n.root.join("dev/kmsg"), HEALTHY_KMSG).expect("kmsg");
+    let t = Instant::now();
+    let (state, got) = wait_reason(&c, |s, _| s == "idle", Duration::from_secs(40));
+    eprintln!(
+        "MEASURED resume after {:?}: State={state} Reason={got:?}",
+        t.elapsed()
+    );
+    assert_eq!(state, "idle", "not resumed: {got}");
+    // An admin's drain is left alone across passes.
+    let admin = "admin: memtest";
+    scontrol(
+        &c,
+        &[
+            "update",
+            &format!("nodename={}", c.node()),
+            "state=drain",
+            &format!("reason={admin}"),
+        ],
+    );
+    let passes = |c: &Cluster| {
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-health.out"))
+            .unwrap_or_default()
+            .matches("exit ")
+            .count()
+    };
+    let before = passes(&c);
+    let t = Instant::now();
+    while passes(&c) < before + 3 && t.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (got, state) = reason_state(&c);
+    eprintln!(
+        "MEASURED {} health passes later: State={state} Reason={got}",
+        passes(&c) - before
+    );
+    assert!(passes(&c) >= before + 3, "slurmd ran too few health passes");
+    assert!(state.starts_with("drain") && got == admin, "{state} {got}");
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-health.out")).unwrap_or_default();
+    eprintln!(
+        "MEASURED health output (tail):\n{}",
+        out.lines().rev().take(6).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// The fleet circuit breaker under a real slurmctld: the node shares a partition with four
+/// node records that have no slurmd (slurmctld knows them, sinfo lists them), one of which
+/// already carries the suite's reason. 1 of 5 is at `max_share` (0.1 by default, and
+/// 20% >= 10%), so the failing prolog holds the drain back, says so, and lets the job run.
+#[test]
+fn the_circuit_breaker_holds_back_a_drain_past_max_share() {
+    let n = node(2);
+    let setup = prolog_only(&n);
+    let test = "the_circuit_breaker_holds_back_a_drain_past_max_share";
+    let Some(c) = ClusterBuilder::new()
+        .health_programs(setup)
+        .slurm_conf_line("NodeName=peer[1-4] NodeAddr=127.0.0.1 Port=1 CPUs=1 State=UNKNOWN")
+        .slurm_conf_line("PartitionName=fleet Nodes=ALL MaxTime=INFINITE State=UP")
+        .start_or_skip(test)
+        .expect("cluster")
+    else {
+        return;
+    };
+    n.point_at(&c);
+    scontrol(
+        &c,
+        &[
+            "update",
+            "nodename=peer1",
+            "state=drain",
+            "reason=gpu-affinity: GPU_XID_79 gpu=0000:53:00.0",
+        ],
+    );
+    let rows = sinfo(&c, &["-h", "-N", "-o", "%N|%P|%T|%G|%E"]);
+    eprintln!("MEASURED fleet sinfo:\n{rows}");
+    inject_xid79(&n);
+    let job = c
+        .client(
+            &["srun", "-w", c.node(), "-n1", "echo", "RAN"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default();
+    eprintln!("MEASURED held-back prolog: {job}\n{out}");
+    assert!(job.success() && job.stdout.contains("RAN"), "{job}");
+    assert!(
+        out.contains("NOT DRAINING") && out.contains("circuit breaker"),
+        "{out}"
+    );
+    let (reason, state) = reason_state(&c);
+    assert!(reason.is_empty() || reason == "none", "{reason}");
+    assert!(!state.starts_with("drain"), "{state}");
+}
