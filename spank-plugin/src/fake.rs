@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::{Machine, PciLink};
 use gpu_affinity::slurm::gres_conf::GresConf;
+use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 
 use crate::host::{Context, Host, HostError, MemPolicy, OptionSpec, Os};
@@ -144,6 +145,8 @@ pub struct FakeOs {
     /// gres.conf text at any path (`None`: no file), read as `node`.
     pub gres_conf: Option<String>,
     pub node: String,
+    /// Topology files by path (text; parsed as the real reader does, by extension).
+    pub topology_files: std::collections::HashMap<PathBuf, String>,
     /// cgroup.conf's ConstrainDevices.
     pub constrain_devices: bool,
 }
@@ -164,6 +167,7 @@ impl FakeOs {
             policy_calls: Cell::new(0),
             gres_conf: None,
             node: "n1".into(),
+            topology_files: std::collections::HashMap::new(),
             constrain_devices: false,
         }
     }
@@ -231,6 +235,20 @@ impl Os for FakeOs {
                     .map_err(|e| format!("gres.conf {}:{}", path.display(), e))
             })
             .transpose()
+    }
+    fn read_topology(&self, path: &Path, _owner: u32) -> Result<Option<Vec<Topology>>, String> {
+        let Some(text) = self.topology_files.get(path) else {
+            return Ok(None);
+        };
+        let yaml = path.extension().is_some_and(|e| e == "yaml");
+        let parsed = if yaml {
+            gpu_affinity::slurm::topology::parse_yaml(text)
+        } else {
+            gpu_affinity::slurm::topology::parse_conf(text).map(|t| vec![t])
+        };
+        parsed
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display()))
     }
     fn constrain_devices(&self, _path: &Path, _owner: u32) -> Result<bool, String> {
         Ok(self.constrain_devices)
