@@ -16,6 +16,8 @@ pub struct FakeHost {
     pub context: Context,
     pub job_id: u32,
     pub step_id: u32,
+    /// S_JOB_NODEID.
+    pub node_id: u32,
     pub uid: u32,
     pub local_task: Option<u32>,
     pub global_task: Option<u32>,
@@ -32,6 +34,7 @@ impl FakeHost {
             context,
             job_id: 42,
             step_id: 0,
+            node_id: 0,
             uid: 1000,
             local_task: None,
             global_task: None,
@@ -56,6 +59,7 @@ impl FakeHost {
             context: self.context,
             job_id: self.job_id,
             step_id: self.step_id,
+            node_id: self.node_id,
             uid: self.uid,
             local_task: Some(local),
             global_task: Some(global),
@@ -88,6 +92,9 @@ impl Host for FakeHost {
     }
     fn step_id(&self) -> Result<u32, HostError> {
         Ok(self.step_id)
+    }
+    fn node_id(&self) -> Result<u32, HostError> {
+        Ok(self.node_id)
     }
     fn job_uid(&self) -> Result<u32, HostError> {
         Ok(self.uid)

@@ -59,6 +59,9 @@ pub trait Host {
     fn context(&self) -> Context;
     fn job_id(&self) -> Result<u32, HostError>;
     fn step_id(&self) -> Result<u32, HostError>;
+    /// S_JOB_NODEID: this node's index in the step (0: the first node). The job env's
+    /// SLURM_NODEID is not set yet in init_post_opt (measured on 22.05).
+    fn node_id(&self) -> Result<u32, HostError>;
     /// S_JOB_UID (logged in the step summary).
     fn job_uid(&self) -> Result<u32, HostError>;
     /// S_TASK_ID: the task's index on this node (task_init only).

@@ -16,7 +16,7 @@
 //!   authority) or refuse it; it never reaches another job, a file or a root-side path.
 //!
 //! Every node of the step sees the same list and topology, so every node decides alike;
-//! under prefer only node 0 (`SLURM_NODEID`) shows the warning, so the user reads it once.
+//! under prefer only node 0 (S_JOB_NODEID) shows the warning, so the user reads it once.
 
 use std::path::PathBuf;
 
@@ -50,7 +50,7 @@ pub fn backstop(prepared: Prepared, settings: &Settings, host: &dyn Host, os: &d
     let warning = format!("gpu-affinity: warning: {problem}; the step runs as placed");
     log::warn!("{warning}");
     // Once per step: the first node's first task says it.
-    let first_node = host.getenv("SLURM_NODEID").ok().flatten().as_deref() == Some("0");
+    let first_node = host.node_id().ok() == Some(0);
     if !first_node {
         return prepared;
     }

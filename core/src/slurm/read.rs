@@ -1,4 +1,4 @@
-//! Thin readers for Slurm's files: where gres.conf is, its text (trust-checked, without
+//! Thin readers for Slurm's files: where gres.conf and the topology files are, their text (trust-checked, without
 //! blocking), and a device file's minor. Parsing stays in [`super::gres_conf`].
 
 use std::path::{Path, PathBuf};

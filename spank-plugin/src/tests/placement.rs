@@ -18,18 +18,16 @@ fn os_with(files: &[(&str, &str)]) -> FakeOs {
     os
 }
 
-fn step_host(nodes: &str, node_id: &str) -> FakeHost {
-    gpu_host(&[
-        ("SLURM_STEP_GPUS", "2,3"),
-        ("SLURM_STEP_NODELIST", nodes),
-        ("SLURM_NODEID", node_id),
-    ])
+fn step_host(nodes: &str, node_id: u32) -> FakeHost {
+    let mut host = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("SLURM_STEP_NODELIST", nodes)]);
+    host.node_id = node_id;
+    host
 }
 
 #[test]
 fn strict_refuses_a_step_across_blocks_before_any_task_runs() {
     let plugin = remote_plugin(&["default=strict"]);
-    let host = step_host("h[1-4]", "0");
+    let host = step_host("h[1-4]", 0);
     let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
     prepare_step(&plugin, &host, &os);
     let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
@@ -48,7 +46,7 @@ fn strict_runs_a_step_inside_one_block_and_a_one_node_step() {
     let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
     for nodes in ["h[3-4]", "h2"] {
         let plugin = remote_plugin(&["default=strict"]);
-        let host = step_host(nodes, "0");
+        let host = step_host(nodes, 0);
         prepare_step(&plugin, &host, &os);
         assert!(
             matches!(plugin.step(), Some(StepOutcome::Planned(_))),
@@ -62,7 +60,7 @@ fn strict_runs_a_step_inside_one_block_and_a_one_node_step() {
 fn prefer_warns_once_from_the_first_node_and_runs() {
     let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
     let plugin = remote_plugin(&["default=prefer"]);
-    let host = step_host("h[1-4]", "0");
+    let host = step_host("h[1-4]", 0);
     prepare_step(&plugin, &host, &os);
     assert!(matches!(plugin.step(), Some(StepOutcome::Planned(_))));
     for local in 0..2 {
@@ -84,7 +82,7 @@ fn prefer_warns_once_from_the_first_node_and_runs() {
     // Another node of the same step runs without repeating it.
     let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
     let plugin = remote_plugin(&["default=prefer"]);
-    let host = step_host("h[1-4]", "2");
+    let host = step_host("h[1-4]", 2);
     prepare_step(&plugin, &host, &os);
     dispatch(&plugin, Hook::TaskInit, &host.task(0, 4), &os, &[]).expect("runs");
     assert!(
@@ -102,11 +100,11 @@ fn yaml_wins_over_conf_and_unknown_nodes_are_named() {
         ("/etc/slurm/topology.conf", BLOCKS),
     ]);
     let plugin = remote_plugin(&["default=strict"]);
-    prepare_step(&plugin, &step_host("h[1-4]", "0"), &os);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
     assert!(matches!(plugin.step(), Some(StepOutcome::Planned(_))));
 
     let plugin = remote_plugin(&["default=strict"]);
-    prepare_step(&plugin, &step_host("h1,zz9", "0"), &os);
+    prepare_step(&plugin, &step_host("h1,zz9", 0), &os);
     let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
         panic!("{:?}", plugin.step());
     };
@@ -120,7 +118,7 @@ fn the_plugstack_topology_key_names_the_file_and_a_missing_one_is_an_error() {
         "SwitchName=s1 Nodes=h[1-2]\nSwitchName=s2 Nodes=h[3-4]\n",
     )]);
     let plugin = remote_plugin(&["default=strict", "topology=/srv/topo/tree.conf"]);
-    prepare_step(&plugin, &step_host("h[2-3]", "0"), &os);
+    prepare_step(&plugin, &step_host("h[2-3]", 0), &os);
     let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
         panic!("{:?}", plugin.step());
     };
@@ -130,7 +128,7 @@ fn the_plugstack_topology_key_names_the_file_and_a_missing_one_is_an_error() {
     );
 
     let plugin = remote_plugin(&["default=strict", "topology=/srv/none.conf"]);
-    prepare_step(&plugin, &step_host("h[1-2]", "0"), &os);
+    prepare_step(&plugin, &step_host("h[1-2]", 0), &os);
     let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
         panic!("{:?}", plugin.step());
     };
@@ -144,7 +142,7 @@ fn the_plugstack_topology_key_names_the_file_and_a_missing_one_is_an_error() {
 fn no_topology_file_or_no_gpus_leaves_the_step_as_it_was() {
     let os = os_with(&[]);
     let plugin = remote_plugin(&["default=strict"]);
-    prepare_step(&plugin, &step_host("h[1-4]", "0"), &os);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
     assert!(matches!(plugin.step(), Some(StepOutcome::Planned(_))));
 
     // A CPU step is left alone in every mode, its placement included.
