@@ -244,18 +244,10 @@ impl Os for FakeOs {
             .transpose()
     }
     fn read_topology(&self, path: &Path, _owner: u32) -> Result<Option<Vec<Topology>>, String> {
-        let Some(text) = self.topology_files.get(path) else {
-            return Ok(None);
-        };
-        let yaml = path.extension().is_some_and(|e| e == "yaml");
-        let parsed = if yaml {
-            gpu_affinity::slurm::topology::parse_yaml(text)
-        } else {
-            gpu_affinity::slurm::topology::parse_conf(text).map(|t| vec![t])
-        };
-        parsed
-            .map(Some)
-            .map_err(|e| format!("{}: {e}", path.display()))
+        self.topology_files
+            .get(path)
+            .map(|text| gpu_affinity::slurm::read::parse_topology(path, text))
+            .transpose()
     }
     fn constrain_devices(&self, _path: &Path, _owner: u32) -> Result<bool, String> {
         Ok(self.constrain_devices)

@@ -67,9 +67,10 @@ pub fn backstop(prepared: Prepared, settings: &Settings, host: &dyn Host, os: &d
                 node,
             }
         }
+        // One line (task stderr escapes newlines): the step's own warning, then this.
         Prepared::Decided(StepOutcome::Unplanned { warning: w }) => {
             Prepared::Decided(StepOutcome::Unplanned {
-                warning: format!("{warning}\n{w}"),
+                warning: format!("{w} (and: {problem})"),
             })
         }
         other => other,

@@ -60,18 +60,22 @@ pub fn read_topology(path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, S
     }
     let text = trust::read_trusted_text(path, "topology file", owner, MAX_TOPOLOGY_BYTES)
         .map_err(|e| e.to_string())?;
+    parse_topology(path, &text).map(Some)
+}
+
+/// A topology file's text as its name says: topology.yaml for `.yaml`/`.yml`, else
+/// topology.conf (one topology). Err names the file.
+pub fn parse_topology(path: &Path, text: &str) -> Result<Vec<Topology>, String> {
     let yaml = matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
     );
     let parsed = if yaml {
-        topology::parse_yaml(&text)
+        topology::parse_yaml(text)
     } else {
-        topology::parse_conf(&text).map(|t| vec![t])
+        topology::parse_conf(text).map(|t| vec![t])
     };
-    parsed
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    parsed.map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Read and parse gres.conf at `path`, refusing a file `owner` (root) does not fully

@@ -18,6 +18,14 @@ fn os_with(files: &[(&str, &str)]) -> FakeOs {
     os
 }
 
+/// The refusal line of a step made Misplaced.
+fn misplaced(plugin: &Plugin) -> String {
+    match plugin.step() {
+        Some(StepOutcome::Misplaced(line)) => line.clone(),
+        other => panic!("not misplaced: {other:?}"),
+    }
+}
+
 fn step_host(nodes: &str, node_id: u32) -> FakeHost {
     let mut host = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("SLURM_STEP_NODELIST", nodes)]);
     host.node_id = node_id;
@@ -30,9 +38,7 @@ fn strict_refuses_a_step_across_blocks_before_any_task_runs() {
     let host = step_host("h[1-4]", 0);
     let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
     prepare_step(&plugin, &host, &os);
-    let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
-        panic!("{:?}", plugin.step());
-    };
+    let line = misplaced(&plugin);
     assert_eq!(line, REFUSAL);
     let t = host.task(0, 0);
     let err = dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect_err("refused");
@@ -105,9 +111,7 @@ fn yaml_wins_over_conf_and_unknown_nodes_are_named() {
 
     let plugin = remote_plugin(&["default=strict"]);
     prepare_step(&plugin, &step_host("h1,zz9", 0), &os);
-    let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
-        panic!("{:?}", plugin.step());
-    };
+    let line = misplaced(&plugin);
     assert!(line.contains("step nodes zz9 are not in"), "{line}");
 }
 
@@ -119,9 +123,7 @@ fn the_plugstack_topology_key_names_the_file_and_a_missing_one_is_an_error() {
     )]);
     let plugin = remote_plugin(&["default=strict", "topology=/srv/topo/tree.conf"]);
     prepare_step(&plugin, &step_host("h[2-3]", 0), &os);
-    let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
-        panic!("{:?}", plugin.step());
-    };
+    let line = misplaced(&plugin);
     assert!(
         line.contains("step spans 2 leaf switches: s1=[h2] s2=[h3]"),
         "{line}"
@@ -129,9 +131,7 @@ fn the_plugstack_topology_key_names_the_file_and_a_missing_one_is_an_error() {
 
     let plugin = remote_plugin(&["default=strict", "topology=/srv/none.conf"]);
     prepare_step(&plugin, &step_host("h[1-2]", 0), &os);
-    let Some(StepOutcome::Misplaced(line)) = plugin.step() else {
-        panic!("{:?}", plugin.step());
-    };
+    let line = misplaced(&plugin);
     assert!(
         line.contains("/srv/none.conf (named by topology) does not exist"),
         "{line}"
@@ -151,4 +151,21 @@ fn no_topology_file_or_no_gpus_leaves_the_step_as_it_was() {
     let host = gpu_host(&[("SLURM_STEP_NODELIST", "h[1-4]")]);
     prepare_step(&plugin, &host, &os);
     assert!(matches!(plugin.step(), Some(StepOutcome::LeftAlone(_))));
+}
+
+#[test]
+fn an_unplannable_prefer_step_carries_both_warnings_on_one_line() {
+    let mut os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    os.machine = Err("no sysfs here".into());
+    let plugin = remote_plugin(&["default=prefer"]);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
+    let Some(StepOutcome::Unplanned { warning }) = plugin.step() else {
+        panic!("{:?}", plugin.step());
+    };
+    assert!(!warning.contains('\n'), "{warning}");
+    assert!(warning.contains("topology is unknown"), "{warning}");
+    assert!(
+        warning.contains("(and: step spans 2 placement blocks"),
+        "{warning}"
+    );
 }
