@@ -1034,4 +1034,21 @@ mod tests {
         assert_eq!(Choice::Off.solver_mode(), None);
         assert_eq!(Choice::Strict.to_string(), "strict");
     }
+
+    #[test]
+    fn the_topology_key_takes_an_absolute_path() {
+        let mut c = Config::default();
+        let key = PluginKey::find("topology").expect("a plugin key");
+        key.set(&mut c, "/etc/slurm/topology.yaml")
+            .expect("absolute");
+        assert_eq!(
+            c.plugin.topology.as_deref(),
+            Some(Path::new("/etc/slurm/topology.yaml"))
+        );
+        let e = key.set(&mut c, "topology.conf").expect_err("relative");
+        assert_eq!(
+            e.to_string(),
+            "topology = 'topology.conf' is invalid: expected an absolute path"
+        );
+    }
 }
