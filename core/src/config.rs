@@ -8,6 +8,7 @@
 //! sysfs_root = "/"              # where the topology is read (tests, replayed dumps)
 //! run_dir = "/run/gpu-affinity" # per-step files written as root
 //! gres_conf = "/etc/slurm/gres.conf"  # unset: next to slurmd's own slurm.conf
+//! topology = "/etc/slurm/topology.conf"  # unset: topology.yaml / topology.conf next to slurm.conf
 //!
 //! [fabric]
 //! force = ["NCCL_IB_HCA"]       # exported even when the user set them
@@ -191,6 +192,9 @@ pub struct PluginConfig {
     pub run_dir: Option<PathBuf>,
     /// Absolute: the gres.conf slurmd reads, where discovery would not find it.
     pub gres_conf: Option<PathBuf>,
+    /// Absolute: the cluster's topology.conf or topology.yaml (by its extension), for the
+    /// placement backstop, where discovery next to slurm.conf would not find it.
+    pub topology: Option<PathBuf>,
 }
 
 /// One setting of the SPANK plugin: the same key in plugstack.conf (`key=value`) and in
@@ -203,6 +207,7 @@ pub enum PluginKey {
     RunDir,
     GresConf,
     ProfilesDir,
+    Topology,
 }
 
 /// A plugin setting's value that is not what the key takes. Its text is the one both
@@ -216,13 +221,14 @@ pub struct InvalidValue {
 }
 
 impl PluginKey {
-    pub const ALL: [PluginKey; 6] = [
+    pub const ALL: [PluginKey; 7] = [
         PluginKey::Default,
         PluginKey::Enforce,
         PluginKey::SysfsRoot,
         PluginKey::RunDir,
         PluginKey::GresConf,
         PluginKey::ProfilesDir,
+        PluginKey::Topology,
     ];
 
     pub fn name(self) -> &'static str {
@@ -233,6 +239,7 @@ impl PluginKey {
             PluginKey::RunDir => "run_dir",
             PluginKey::GresConf => "gres_conf",
             PluginKey::ProfilesDir => "profiles_dir",
+            PluginKey::Topology => "topology",
         }
     }
 
@@ -288,6 +295,7 @@ impl PluginKey {
             PluginKey::SysfsRoot => plugin.sysfs_root = absolute("an absolute directory")?,
             PluginKey::RunDir => plugin.run_dir = absolute("an absolute directory")?,
             PluginKey::GresConf => plugin.gres_conf = absolute("an absolute path")?,
+            PluginKey::Topology => plugin.topology = absolute("an absolute path")?,
             PluginKey::ProfilesDir => {
                 config.fabric.profiles_dir = absolute("an absolute directory")?;
             }
@@ -736,6 +744,7 @@ mod tests {
                     sysfs_root: Some("/srv/topo".into()),
                     run_dir: Some("/srv/run".into()),
                     gres_conf: Some("/etc/slurm/gres.conf".into()),
+                    topology: None,
                 },
                 fabric: FabricConfig {
                     force: vec!["NCCL_IB_HCA".into(), "NCCL_SOCKET_IFNAME".into()],
@@ -1010,7 +1019,7 @@ mod tests {
         }
         let e = err("[plugin]\nprofiles_dir = \"/p\"\n");
         assert!(
-            e.contains("unknown key 'profiles_dir' in [plugin] (known: default, enforce, sysfs_root, run_dir, gres_conf)"),
+            e.contains("unknown key 'profiles_dir' in [plugin] (known: default, enforce, sysfs_root, run_dir, gres_conf, topology)"),
             "{e}"
         );
     }
@@ -1024,5 +1033,22 @@ mod tests {
         assert_eq!(Choice::Prefer.solver_mode(), Some(Mode::Prefer));
         assert_eq!(Choice::Off.solver_mode(), None);
         assert_eq!(Choice::Strict.to_string(), "strict");
+    }
+
+    #[test]
+    fn the_topology_key_takes_an_absolute_path() {
+        let mut c = Config::default();
+        let key = PluginKey::find("topology").expect("a plugin key");
+        key.set(&mut c, "/etc/slurm/topology.yaml")
+            .expect("absolute");
+        assert_eq!(
+            c.plugin.topology.as_deref(),
+            Some(Path::new("/etc/slurm/topology.yaml"))
+        );
+        let e = key.set(&mut c, "topology.conf").expect_err("relative");
+        assert_eq!(
+            e.to_string(),
+            "topology = 'topology.conf' is invalid: expected an absolute path"
+        );
     }
 }

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::{Machine, PciLink};
 use gpu_affinity::slurm::gres_conf::GresConf;
+use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 
 use crate::host::{Context, Host, HostError, MemPolicy, OptionSpec, Os};
@@ -15,6 +16,8 @@ pub struct FakeHost {
     pub context: Context,
     pub job_id: u32,
     pub step_id: u32,
+    /// S_JOB_NODEID.
+    pub node_id: u32,
     pub uid: u32,
     pub local_task: Option<u32>,
     pub global_task: Option<u32>,
@@ -31,6 +34,7 @@ impl FakeHost {
             context,
             job_id: 42,
             step_id: 0,
+            node_id: 0,
             uid: 1000,
             local_task: None,
             global_task: None,
@@ -55,6 +59,7 @@ impl FakeHost {
             context: self.context,
             job_id: self.job_id,
             step_id: self.step_id,
+            node_id: self.node_id,
             uid: self.uid,
             local_task: Some(local),
             global_task: Some(global),
@@ -87,6 +92,9 @@ impl Host for FakeHost {
     }
     fn step_id(&self) -> Result<u32, HostError> {
         Ok(self.step_id)
+    }
+    fn node_id(&self) -> Result<u32, HostError> {
+        Ok(self.node_id)
     }
     fn job_uid(&self) -> Result<u32, HostError> {
         Ok(self.uid)
@@ -144,6 +152,8 @@ pub struct FakeOs {
     /// gres.conf text at any path (`None`: no file), read as `node`.
     pub gres_conf: Option<String>,
     pub node: String,
+    /// Topology files by path (text; parsed as the real reader does, by extension).
+    pub topology_files: std::collections::HashMap<PathBuf, String>,
     /// cgroup.conf's ConstrainDevices.
     pub constrain_devices: bool,
 }
@@ -164,6 +174,7 @@ impl FakeOs {
             policy_calls: Cell::new(0),
             gres_conf: None,
             node: "n1".into(),
+            topology_files: std::collections::HashMap::new(),
             constrain_devices: false,
         }
     }
@@ -230,6 +241,12 @@ impl Os for FakeOs {
                 gpu_affinity::slurm::gres_conf::parse(t)
                     .map_err(|e| format!("gres.conf {}:{}", path.display(), e))
             })
+            .transpose()
+    }
+    fn read_topology(&self, path: &Path, _owner: u32) -> Result<Option<Vec<Topology>>, String> {
+        self.topology_files
+            .get(path)
+            .map(|text| gpu_affinity::slurm::read::parse_topology(path, text))
             .transpose()
     }
     fn constrain_devices(&self, _path: &Path, _owner: u32) -> Result<bool, String> {

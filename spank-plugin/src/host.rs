@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
+use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 
 /// Where the plugin was loaded (spank_context()).
@@ -58,6 +59,9 @@ pub trait Host {
     fn context(&self) -> Context;
     fn job_id(&self) -> Result<u32, HostError>;
     fn step_id(&self) -> Result<u32, HostError>;
+    /// S_JOB_NODEID: this node's index in the step (0: the first node). The job env's
+    /// SLURM_NODEID is not set yet in init_post_opt (measured on 22.05).
+    fn node_id(&self) -> Result<u32, HostError>;
     /// S_JOB_UID (logged in the step summary).
     fn job_uid(&self) -> Result<u32, HostError>;
     /// S_TASK_ID: the task's index on this node (task_init only).
@@ -117,6 +121,9 @@ pub trait Os {
     /// gres.conf at `path`, trust-checked for `owner` and opened without blocking
     /// (`Ok(None)`: no such file); Err is one line naming the file and line.
     fn read_gres_conf(&self, path: &Path, owner: u32) -> Result<Option<GresConf>, String>;
+    /// The cluster's topology file at `path` (topology.yaml or topology.conf), trust-checked
+    /// like gres.conf (`Ok(None)`: no such file); Err is one line naming the file.
+    fn read_topology(&self, path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String>;
     /// slurmd's own `SLURM_CONF` (this process's environment, root's: slurmd sets it for
     /// itself and the slurmstepds it forks), where gres.conf sits next to slurm.conf.
     fn slurmd_conf(&self) -> Option<PathBuf>;

@@ -14,6 +14,7 @@ use crate::host::{Host, Os};
 use crate::mode::resolve;
 use crate::node;
 use crate::options::user_choice;
+use crate::placement;
 use crate::state::Plugin;
 use crate::step_data::Prepared;
 
@@ -28,7 +29,10 @@ pub fn init_post_opt(plugin: &Plugin, host: &dyn Host) -> Result<(), Failure> {
 }
 
 pub fn remote(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
-    let prepared = node::prepare(&plugin.settings(), plugin.option(), host, os);
+    let settings = plugin.settings();
+    let prepared = node::prepare(&settings, plugin.option(), host, os);
+    // Multi-node GPU steps: the placement backstop, while still root (topology files).
+    let prepared = placement::backstop(prepared, &settings, host, os);
     if let Prepared::Decided(outcome) = &prepared {
         log::trace!("gpu-affinity: settled in init_post_opt: {outcome:?}");
     }

@@ -118,6 +118,7 @@ mod node;
 mod option_callback;
 mod options;
 mod os;
+mod placement;
 mod run_dir;
 mod settings;
 #[cfg(not(test))]

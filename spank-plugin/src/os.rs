@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
+use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 use nix::unistd::Pid;
 
@@ -31,6 +32,10 @@ pub struct LiveOs;
 impl Os for LiveOs {
     fn read_gres_conf(&self, path: &Path, owner: u32) -> Result<Option<GresConf>, String> {
         gpu_affinity::slurm::read::read_gres_conf(path, owner).map_err(|e| e.to_string())
+    }
+
+    fn read_topology(&self, path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String> {
+        gpu_affinity::slurm::read::read_topology(path, owner)
     }
 
     fn constrain_devices(&self, path: &Path, owner: u32) -> Result<bool, String> {

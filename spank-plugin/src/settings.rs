@@ -57,6 +57,9 @@ pub struct Settings {
     /// gres.conf named by `gres_conf` (`None`: next to slurmd's slurm.conf). A named
     /// file that is missing is an error; a discovered one that is missing is not.
     pub gres_conf: Option<PathBuf>,
+    /// topology.conf / topology.yaml named by `topology` (`None`: next to slurmd's
+    /// slurm.conf, topology.yaml first). A named file that is missing is an error.
+    pub topology: Option<PathBuf>,
     /// Fabric variables exported even when the user set them (`[fabric] force`).
     pub force: Vec<String>,
     /// The uid every root-side file and directory must belong to: root (tests: their own).
@@ -75,6 +78,7 @@ impl Default for Settings {
             profiles_dir: PathBuf::from(DEFAULT_PROFILE_DIR),
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             gres_conf: None,
+            topology: None,
             force: Vec::new(),
             owner: 0,
             test_panic: None,
@@ -183,6 +187,7 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
             .or(plugin.run_dir)
             .unwrap_or(base.run_dir),
         gres_conf: given.plugin.gres_conf.clone().or(plugin.gres_conf),
+        topology: given.plugin.topology.clone().or(plugin.topology),
         force: fabric.force,
         owner,
         test_panic: args.test_panic.clone(),

@@ -65,6 +65,10 @@ impl Host for SpankHost {
         self.item_u32("spank_get_item(S_JOB_STEPID)", ffi::S_JOB_STEPID)
     }
 
+    fn node_id(&self) -> Result<u32, HostError> {
+        self.item_u32("spank_get_item(S_JOB_NODEID)", ffi::S_JOB_NODEID)
+    }
+
     fn job_uid(&self) -> Result<u32, HostError> {
         let mut uid: libc::uid_t = 0;
         // SAFETY: S_JOB_UID takes one `uid_t *`.

@@ -91,6 +91,9 @@ pub enum StepOutcome {
     },
     /// The option value that reached this node is not valid.
     Invalid(String),
+    /// strict, and the multi-node step leaves one placement unit of the cluster's
+    /// topology (or it cannot be checked): every task fails with this line, as it is.
+    Misplaced(String),
     Planned(Box<StepPlan>),
 }
 

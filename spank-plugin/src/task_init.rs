@@ -25,7 +25,7 @@ pub fn task_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Fa
     };
     match outcome {
         StepOutcome::Off | StepOutcome::LeftAlone(_) => Ok(()),
-        StepOutcome::Invalid(line) => Err(Failure(line.clone())),
+        StepOutcome::Invalid(line) | StepOutcome::Misplaced(line) => Err(Failure(line.clone())),
         StepOutcome::Refused { reason } => Err(refusal(task()?, reason)),
         StepOutcome::Unplanned { warning } => {
             if task()?.local == 0 {

@@ -26,6 +26,7 @@ pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Fa
         StepOutcome::Refused { reason } => log::debug!("gpu-affinity: step refused: {reason}"),
         StepOutcome::Unplanned { warning } => log::debug!("{warning}"),
         StepOutcome::LeftAlone(why) => log::trace!("gpu-affinity: step left alone: {why}"),
+        StepOutcome::Misplaced(line) => log::debug!("{line}"),
         StepOutcome::Off | StepOutcome::Invalid(_) => {}
     }
     plugin.set_step(outcome);

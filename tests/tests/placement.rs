@@ -251,3 +251,87 @@ fn topology_yaml_loads_on_26_05() {
         .expect("srun");
     assert!(out.success(), "{out}");
 }
+
+/// The plugin's node-side placement backstop on this series (22.05, no topology/block
+/// in slurmctld): the generated block topology.conf next to slurm.conf is what the
+/// plugin reads; slurmctld places freely, so only the plugin stands between a strict
+/// step and two blocks. Every task touches a marker, so "refused before any task runs"
+/// is checked by the markers that are not there.
+#[test]
+fn strict_refuses_a_step_across_blocks_and_prefer_warns() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let topo = topology("block", work.path());
+    assert!(topo.contains("BlockName=b1 Nodes=pa1,pb1\n"), "{topo}");
+    let m = gpu_affinity::sources::fixture::realized(
+        &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
+    );
+    let Some(cluster) = start(
+        "strict_refuses_a_step_across_blocks_and_prefer_warns",
+        ClusterBuilder::new()
+            .machine(m)
+            .plugin_arg("default", "strict")
+            .conf_file("topology.conf", &topo),
+    ) else {
+        return;
+    };
+    let marks = work.path().join("marks");
+    std::fs::create_dir(&marks).expect("marks dir");
+    let step = |mode: &str, nodes: &str, tag: &str| {
+        let touch = format!("touch {}/{tag}-$SLURMD_NODENAME", marks.display());
+        let mode = format!("--gpu-affinity={mode}");
+        cluster
+            .client(
+                &[
+                    "srun",
+                    &mode,
+                    "-N2",
+                    "-n2",
+                    "-w",
+                    nodes,
+                    "--gres=gpu:1",
+                    "sh",
+                    "-c",
+                    &touch,
+                ],
+                &ClientOptions::bounded(30),
+            )
+            .expect("run srun")
+    };
+    let ran = |tag: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&marks)
+            .expect("marks")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{tag}-")))
+            .collect();
+        v.sort();
+        v
+    };
+
+    // Inside one block (b1 = pa1, pb1): runs under strict.
+    let out = step("strict", "pa1,pb1", "in");
+    assert!(out.success(), "{out}");
+    assert_eq!(ran("in"), ["in-pa1", "in-pb1"], "{out}");
+    assert!(!out.stderr.contains("placement"), "{out}");
+
+    // Across blocks: refused before any task runs, the message on srun's stderr.
+    let out = step("strict", "pa1,pa2", "across");
+    assert!(!out.success() && !out.timed_out(), "{out}");
+    assert!(
+        out.stderr.contains(
+            "gpu-affinity: step spans 2 placement blocks: b1=[pa1] b2=[pa2]; strict placement needs one block (try --switches=1 or --segment)"
+        ),
+        "{out}"
+    );
+    assert!(ran("across").is_empty(), "a task ran: {out}");
+
+    // prefer: the same step warns once and runs on both nodes.
+    let out = step("prefer", "pa1,pa2", "prefer");
+    assert!(out.success(), "{out}");
+    assert_eq!(ran("prefer"), ["prefer-pa1", "prefer-pa2"], "{out}");
+    let warned = out
+        .stderr
+        .matches("gpu-affinity: warning: step spans 2 placement blocks")
+        .count();
+    assert_eq!(warned, 1, "{out}");
+}

@@ -17,4 +17,5 @@ pub mod gres_conf;
 pub mod hostlist;
 pub mod placement;
 pub mod read;
+pub mod step_span;
 pub mod topology;

@@ -1,9 +1,10 @@
-//! Thin readers for Slurm's files: where gres.conf is, its text (trust-checked, without
+//! Thin readers for Slurm's files: where gres.conf and the topology files are, their text (trust-checked, without
 //! blocking), and a device file's minor. Parsing stays in [`super::gres_conf`].
 
 use std::path::{Path, PathBuf};
 
 use super::gres_conf::{self, GresConf, MAX_GRES_CONF_BYTES};
+use super::topology::{self, Topology};
 use crate::trust::{self, TrustError};
 
 /// Debian's and Slurm's default slurm.conf, when slurmd was given none.
@@ -35,6 +36,46 @@ pub enum GresReadError {
         line: usize,
         message: String,
     },
+}
+
+/// Most bytes of a topology.conf / topology.yaml the plugin reads: 16k nodes in blocks
+/// of one name each is well under this; a larger file is refused, not truncated.
+pub const MAX_TOPOLOGY_BYTES: u64 = 16 << 20;
+
+/// Where slurmctld reads the cluster's topology: topology.yaml next to slurm.conf wins
+/// (Slurm 25.05+ reads it first), else topology.conf. Both candidates, in that order.
+pub fn topology_paths(slurm_conf: Option<&Path>) -> [PathBuf; 2] {
+    let conf = gres_conf_path(slurm_conf);
+    [
+        conf.with_file_name("topology.yaml"),
+        conf.with_file_name("topology.conf"),
+    ]
+}
+
+/// Read and parse a topology file, trust-checked like gres.conf: topology.yaml when the
+/// name ends in `.yaml`/`.yml`, else topology.conf. `Ok(None)`: there is no such file.
+pub fn read_topology(path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = trust::read_trusted_text(path, "topology file", owner, MAX_TOPOLOGY_BYTES)
+        .map_err(|e| e.to_string())?;
+    parse_topology(path, &text).map(Some)
+}
+
+/// A topology file's text as its name says: topology.yaml for `.yaml`/`.yml`, else
+/// topology.conf (one topology). Err names the file.
+pub fn parse_topology(path: &Path, text: &str) -> Result<Vec<Topology>, String> {
+    let yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    let parsed = if yaml {
+        topology::parse_yaml(text)
+    } else {
+        topology::parse_conf(text).map(|t| vec![t])
+    };
+    parsed.map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Read and parse gres.conf at `path`, refusing a file `owner` (root) does not fully

@@ -7,6 +7,7 @@ mod fabric;
 mod init;
 mod node_step;
 mod option;
+mod placement;
 mod step_plan;
 mod task_init;
 mod task_post_fork;

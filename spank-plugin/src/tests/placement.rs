@@ -1,0 +1,171 @@
+//! The placement backstop: a multi-node GPU step across placement units of the
+//! cluster's topology (next to slurmd's slurm.conf, or plugstack `topology=`).
+
+use std::path::PathBuf;
+
+use super::*;
+
+const BLOCKS: &str = "BlockName=b1 Nodes=h[1-2]\nBlockName=b2 Nodes=h[3-4]\n";
+const REFUSAL: &str = "gpu-affinity: step spans 2 placement blocks: b1=[h[1-2]] b2=[h[3-4]]; strict placement needs one block (try --switches=1 or --segment)";
+
+/// The fake's slurmd SLURM_CONF is /etc/slurm/slurm.conf: its topology files sit there.
+fn os_with(files: &[(&str, &str)]) -> FakeOs {
+    let mut os = FakeOs::new(Ok(machine()), "0-1", &[0, 1]);
+    for (path, text) in files {
+        os.topology_files
+            .insert(PathBuf::from(path), (*text).to_string());
+    }
+    os
+}
+
+/// The refusal line of a step made Misplaced.
+fn misplaced(plugin: &Plugin) -> String {
+    match plugin.step() {
+        Some(StepOutcome::Misplaced(line)) => line.clone(),
+        other => panic!("not misplaced: {other:?}"),
+    }
+}
+
+fn step_host(nodes: &str, node_id: u32) -> FakeHost {
+    let mut host = gpu_host(&[("SLURM_STEP_GPUS", "2,3"), ("SLURM_STEP_NODELIST", nodes)]);
+    host.node_id = node_id;
+    host
+}
+
+#[test]
+fn strict_refuses_a_step_across_blocks_before_any_task_runs() {
+    let plugin = remote_plugin(&["default=strict"]);
+    let host = step_host("h[1-4]", 0);
+    let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    prepare_step(&plugin, &host, &os);
+    let line = misplaced(&plugin);
+    assert_eq!(line, REFUSAL);
+    let t = host.task(0, 0);
+    let err = dispatch(&plugin, Hook::TaskInit, &t, &os, &[]).expect_err("refused");
+    assert_eq!(err.0, REFUSAL);
+    // Nothing of the plan reached the task.
+    assert_eq!(t.var("GPU_AFFINITY_MODE"), None);
+}
+
+#[test]
+fn strict_runs_a_step_inside_one_block_and_a_one_node_step() {
+    let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    for nodes in ["h[3-4]", "h2"] {
+        let plugin = remote_plugin(&["default=strict"]);
+        let host = step_host(nodes, 0);
+        prepare_step(&plugin, &host, &os);
+        assert!(
+            matches!(plugin.step(), Some(StepOutcome::Planned(_))),
+            "{nodes}: {:?}",
+            plugin.step()
+        );
+    }
+}
+
+#[test]
+fn prefer_warns_once_from_the_first_node_and_runs() {
+    let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    let plugin = remote_plugin(&["default=prefer"]);
+    let host = step_host("h[1-4]", 0);
+    prepare_step(&plugin, &host, &os);
+    assert!(matches!(plugin.step(), Some(StepOutcome::Planned(_))));
+    for local in 0..2 {
+        dispatch(&plugin, Hook::TaskInit, &host.task(local, local), &os, &[]).expect("runs");
+    }
+    let warned: Vec<String> = os
+        .stderr
+        .borrow()
+        .iter()
+        .filter(|l| l.contains("step spans 2 placement blocks"))
+        .cloned()
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].starts_with("gpu-affinity: warning: step spans"),
+        "{warned:?}"
+    );
+
+    // Another node of the same step runs without repeating it.
+    let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    let plugin = remote_plugin(&["default=prefer"]);
+    let host = step_host("h[1-4]", 2);
+    prepare_step(&plugin, &host, &os);
+    dispatch(&plugin, Hook::TaskInit, &host.task(0, 4), &os, &[]).expect("runs");
+    assert!(
+        !os.stderr.borrow().iter().any(|l| l.contains("placement")),
+        "{:?}",
+        os.stderr.borrow()
+    );
+}
+
+#[test]
+fn yaml_wins_over_conf_and_unknown_nodes_are_named() {
+    let yaml = "- topology: blk\n  cluster_default: true\n  block:\n    blocks:\n      - block: y1\n        nodes: h[1-4]\n";
+    let os = os_with(&[
+        ("/etc/slurm/topology.yaml", yaml),
+        ("/etc/slurm/topology.conf", BLOCKS),
+    ]);
+    let plugin = remote_plugin(&["default=strict"]);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
+    assert!(matches!(plugin.step(), Some(StepOutcome::Planned(_))));
+
+    let plugin = remote_plugin(&["default=strict"]);
+    prepare_step(&plugin, &step_host("h1,zz9", 0), &os);
+    let line = misplaced(&plugin);
+    assert!(line.contains("step nodes zz9 are not in"), "{line}");
+}
+
+#[test]
+fn the_plugstack_topology_key_names_the_file_and_a_missing_one_is_an_error() {
+    let os = os_with(&[(
+        "/srv/topo/tree.conf",
+        "SwitchName=s1 Nodes=h[1-2]\nSwitchName=s2 Nodes=h[3-4]\n",
+    )]);
+    let plugin = remote_plugin(&["default=strict", "topology=/srv/topo/tree.conf"]);
+    prepare_step(&plugin, &step_host("h[2-3]", 0), &os);
+    let line = misplaced(&plugin);
+    assert!(
+        line.contains("step spans 2 leaf switches: s1=[h2] s2=[h3]"),
+        "{line}"
+    );
+
+    let plugin = remote_plugin(&["default=strict", "topology=/srv/none.conf"]);
+    prepare_step(&plugin, &step_host("h[1-2]", 0), &os);
+    let line = misplaced(&plugin);
+    assert!(
+        line.contains("/srv/none.conf (named by topology) does not exist"),
+        "{line}"
+    );
+}
+
+#[test]
+fn no_topology_file_or_no_gpus_leaves_the_step_as_it_was() {
+    let os = os_with(&[]);
+    let plugin = remote_plugin(&["default=strict"]);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
+    assert!(matches!(plugin.step(), Some(StepOutcome::Planned(_))));
+
+    // A CPU step is left alone in every mode, its placement included.
+    let os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    let plugin = remote_plugin(&["default=strict"]);
+    let host = gpu_host(&[("SLURM_STEP_NODELIST", "h[1-4]")]);
+    prepare_step(&plugin, &host, &os);
+    assert!(matches!(plugin.step(), Some(StepOutcome::LeftAlone(_))));
+}
+
+#[test]
+fn an_unplannable_prefer_step_carries_both_warnings_on_one_line() {
+    let mut os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    os.machine = Err("no sysfs here".into());
+    let plugin = remote_plugin(&["default=prefer"]);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
+    let Some(StepOutcome::Unplanned { warning }) = plugin.step() else {
+        panic!("{:?}", plugin.step());
+    };
+    assert!(!warning.contains('\n'), "{warning}");
+    assert!(warning.contains("topology is unknown"), "{warning}");
+    assert!(
+        warning.contains("(and: step spans 2 placement blocks"),
+        "{warning}"
+    );
+}
