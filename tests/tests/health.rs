@@ -126,15 +126,14 @@ fn scontrol(c: &Cluster, args: &[&str]) {
 /// `SLURM_CONF`) and return its exit code and output.
 fn run_direct(c: &Cluster, program: &str, config: &Path) -> (i32, String) {
     let bin = c.dir().join("lib").join(program);
-    let out = std::process::Command::new("timeout")
-        .args(["30"])
-        .arg(&bin)
-        .arg("--config")
-        .arg(config)
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("SLURM_CONF", c.conf())
-        .env("SLURMD_NODENAME", c.node())
+    let (bin, config) = (bin.to_string_lossy(), config.to_string_lossy());
+    // As the cluster's clients run: inside the series' Debian root when it has one, so
+    // the prolog's sinfo/scontrol are that series' own (22.05's client cannot talk to a
+    // 24.11 slurmctld).
+    let opts = ClientOptions::bounded(30).env("SLURMD_NODENAME", c.node());
+    let out = c
+        .command(&[&bin, "--config", &config], &opts)
+        .expect("command")
         .output()
         .expect("run");
     (
