@@ -470,7 +470,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             ),
         )
     };
-    let dir = |key: &str, value: &Option<Spanned<String>>| {
+    // Every path the config names is absolute: the binaries run from slurmd's cwd.
+    let absolute = |key: &str, value: &Option<Spanned<String>>, what: &str| {
         value
             .as_ref()
             .map(|v| {
@@ -478,11 +479,13 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 if path.is_absolute() {
                     Ok(path)
                 } else {
-                    Err(bad(key, v, "an absolute directory"))
+                    Err(bad(key, v, what))
                 }
             })
             .transpose()
     };
+    let dir =
+        |key: &str, value: &Option<Spanned<String>>| absolute(key, value, "an absolute directory");
     // The plugin's settings, through the check plugstack.conf arguments take too.
     let mut settings = Config::default();
     let mut set = |key: PluginKey, value: &Spanned<String>| {
@@ -531,19 +534,8 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             })
             .transpose()
     };
-    let path = |key: &str, value: &Option<Spanned<String>>| {
-        value
-            .as_ref()
-            .map(|v| {
-                let path = PathBuf::from(v.get_ref());
-                if path.is_absolute() {
-                    Ok(path)
-                } else {
-                    Err(bad(key, v, "an absolute path"))
-                }
-            })
-            .transpose()
-    };
+    let path =
+        |key: &str, value: &Option<Spanned<String>>| absolute(key, value, "an absolute path");
     let max_share = doc
         .drain
         .max_share

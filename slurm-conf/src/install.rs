@@ -6,8 +6,9 @@
 //! an include directory: a stray file in `plugstack.conf.d` once broke every job on a
 //! ParallelCluster release (aws/aws-parallelcluster#6459). What install did is kept in a
 //! small record next to the plugin link, so uninstall undoes exactly that and no more.
-//! The plugstack reading here is deliberately tiny (include lines, pyxis lines); it is this
-//! module's own and not a general plugstack writer.
+//! The plugin's plugstack line and the "loads pyxis" rule are core's
+//! (`slurm::conf_write`), shared with `conf plugstack`; only the include-line handling is
+//! this module's own.
 
 use std::fs;
 use std::io::Write;
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use gpu_affinity::slurm::conf_write;
 use serde::{Deserialize, Serialize};
 use wait_timeout::ChildExt;
 
@@ -289,11 +291,9 @@ fn through_prefix(slurm: &Slurm, real: &Path) -> PathBuf {
         .unwrap_or_else(|_| real.to_path_buf())
 }
 
-/// A non-comment line of a plugstack file that loads pyxis.
+/// A plugstack file with a line that loads pyxis (core's one rule).
 fn mentions_pyxis(text: &str) -> bool {
-    text.lines()
-        .map(str::trim)
-        .any(|l| !l.starts_with('#') && l.contains("pyxis"))
+    text.lines().any(conf_write::loads_pyxis)
 }
 
 /// Whether `pattern` (an `include` argument: a path, maybe ending in `*` or `*.conf`) covers `file`.
@@ -526,13 +526,14 @@ fn write_plugstack(
     };
     let snippet = dir.join(name);
     let plugin_path = through_prefix(slurm, &record.plugin_link);
+    let line = conf_write::plugstack_line(&plugin_path.to_string_lossy(), &[])
+        .map_err(|e| CliError(format!("plugstack line: {e}")))?;
     let text = format!(
         "# Written by `gpu-affinity install` for Slurm {} ({}); `gpu-affinity uninstall` removes it.\n\
          # Absolute paths: configless nodes read this file as it is.\n\
-         required {}\n",
+         {line}\n",
         slurm.series,
         slurm.prefix.display(),
-        plugin_path.display()
     );
     if !dir.is_dir() {
         out.did(format!("create {}", dir.display()));

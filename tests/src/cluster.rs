@@ -901,7 +901,8 @@ impl Cluster {
         Ok(client)
     }
 
-    /// The node's `State=` and `Reason=` as `scontrol show node` prints them.
+    /// The node's `State=` as `scontrol show node` prints it (`IDLE+DRAIN`), and its
+    /// reason ([`Self::node_reason`]).
     pub fn node_state(&self) -> Result<(String, String)> {
         let out = self.client(
             &["scontrol", "-o", "show", "node", &self.node],
@@ -910,24 +911,34 @@ impl Cluster {
         if !out.success() {
             return Err(harness_err!("scontrol show node failed: {out}"));
         }
-        let field = |key: &str| {
-            let at = out.stdout.find(&format!(" {key}="))?;
-            let rest = &out.stdout[at + key.len() + 2..];
-            // Reason= runs to the next ` Key=` field (it may contain spaces).
-            let end = rest
-                .match_indices(' ')
-                .find(|(i, _)| {
-                    rest[i + 1..].split_once('=').is_some_and(|(k, _)| {
-                        !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric())
-                    })
-                })
-                .map_or(rest.len(), |(i, _)| i);
-            Some(rest[..end].trim().to_owned())
-        };
-        Ok((
-            field("State").unwrap_or_default(),
-            field("Reason").unwrap_or_default(),
-        ))
+        let state = out
+            .stdout
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("State="))
+            .unwrap_or_default()
+            .to_owned();
+        Ok((state, self.node_reason()?))
+    }
+
+    /// The node's reason as slurmctld stores it, whole: sinfo's `%E` is unpadded and
+    /// verbatim, where `scontrol -o show node` prints `Reason=TEXT [user@time]` with no
+    /// quoting, so a reason holding `key=value` words (the suite's own, `gpu=...`) cannot
+    /// be cut out of it reliably. Empty for none.
+    pub fn node_reason(&self) -> Result<String> {
+        let out = self.client(
+            &["sinfo", "-h", "-N", "-n", &self.node, "-o", "%E"],
+            &ClientOptions::bounded(10),
+        )?;
+        if !out.success() {
+            return Err(harness_err!("sinfo failed: {out}"));
+        }
+        // One row per partition the node is in; they agree.
+        let reason = out.stdout.lines().next().unwrap_or_default().trim();
+        Ok(if reason == "none" {
+            String::new()
+        } else {
+            reason.to_owned()
+        })
     }
 
     /// The node as slurmctld knows it.

@@ -69,11 +69,11 @@ impl Node {
 /// This node's `sinfo %E` (the reason as set, without scontrol's `[user@time]` tail) and
 /// `%T` state.
 fn reason_state(c: &Cluster) -> (String, String) {
-    let out = sinfo(c, &["-h", "-N", "-n", c.node(), "-o", "%E|%T"]);
-    // One row per partition the node is in; they agree.
-    let first = out.lines().next().unwrap_or_default();
-    let (r, s) = first.trim().rsplit_once('|').unwrap_or(("", ""));
-    (r.to_owned(), s.to_owned())
+    let reason = c.node_reason().expect("node reason");
+    // sinfo's compact state words (`drained`, `idle`); one row per partition, they agree.
+    let state = sinfo(c, &["-h", "-N", "-n", c.node(), "-o", "%T"]);
+    let state = state.lines().next().unwrap_or_default().trim().to_owned();
+    (reason, state)
 }
 
 /// slurmd runs the suite's prolog with this node's config.

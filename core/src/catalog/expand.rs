@@ -147,7 +147,7 @@ pub(crate) fn expand(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogE
                         message: format!("GPU {} has no pci_id and there is no [gpu] table", d.pci),
                     })?;
             let class = gpu_type.and_then(|t| t.class).unwrap_or(class::DISPLAY_3D);
-            tree.endpoint(g, d.pci, parents.of(d.pci), ids, class);
+            tree.push(g, d.pci, parents.of(d.pci), ids, class);
             gpus.push((
                 d.minor,
                 Gpu {
@@ -160,7 +160,7 @@ pub(crate) fn expand(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogE
         for nic in &g.nics {
             let at = group_src.at(nic);
             let (nic, ids, class) = expand_nic(nic.get_ref(), nic_types, &at)?;
-            tree.endpoint(g, nic.pci, parents.of(nic.pci), ids, class);
+            tree.push(g, nic.pci, parents.of(nic.pci), ids, class);
             nics.push(nic);
         }
     }
@@ -366,17 +366,6 @@ impl Tree<'_> {
             numa_node: g.numa.as_ref().map(|n| *n.get_ref()),
             link,
         });
-    }
-
-    fn endpoint(
-        &mut self,
-        g: &GroupDesc,
-        addr: PciAddr,
-        parent: Option<PciAddr>,
-        ids: PciId,
-        class: u32,
-    ) {
-        self.push(g, addr, parent, ids, class);
     }
 
     /// Add the group's bridges and say which one is each endpoint's parent.

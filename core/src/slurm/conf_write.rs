@@ -114,6 +114,16 @@ pub fn plugstack_line(plugin: &str, args: &[String]) -> Result<String, ConfWrite
     Ok(line)
 }
 
+/// Whether a plugstack.conf line loads pyxis (`required|optional .../spank_pyxis.so`): the
+/// one rule `conf plugstack` and `install` order the plugin's line after.
+pub fn loads_pyxis(line: &str) -> bool {
+    let l = line.trim_start();
+    !l.starts_with('#')
+        && l.split_whitespace()
+            .nth(1)
+            .is_some_and(|p| p.contains("spank_pyxis"))
+}
+
 /// Put `line` into plugstack.conf text `existing`: an old gpu_affinity line is replaced;
 /// otherwise the line goes right after the last pyxis line (pyxis re-imports the image's
 /// environment in its task_init, so the plugin's exports must come after it), else at
@@ -126,17 +136,10 @@ pub fn plugstack_conf(existing: &str, line: &str) -> String {
                 .nth(1)
                 .is_some_and(|p| p.ends_with("/gpu_affinity.so"))
     };
-    let is_pyxis = |l: &str| {
-        let l = l.trim_start();
-        !l.starts_with('#')
-            && l.split_whitespace()
-                .nth(1)
-                .is_some_and(|p| p.contains("spank_pyxis"))
-    };
     let lines: Vec<&str> = existing.lines().filter(|l| !is_ours(l)).collect();
     let at = lines
         .iter()
-        .rposition(|l| is_pyxis(l))
+        .rposition(|l| loads_pyxis(l))
         .map_or(lines.len(), |i| i + 1);
     let mut out = String::new();
     for (i, l) in lines.iter().enumerate() {
