@@ -91,9 +91,7 @@ pub fn node_name() -> String {
     {
         return n.trim().to_string();
     }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
-        .unwrap_or_default()
+    gpu_affinity::slurm::read::short_hostname().unwrap_or_default()
 }
 
 /// How Slurm numbers this node's GPUs: core's one mapping (the plugin's too) over the

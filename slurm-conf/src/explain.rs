@@ -217,12 +217,7 @@ fn slurm_gpus(machine: &Machine, args: &Args, config: &Config) -> Result<SlurmGp
             path.display()
         )));
     }
-    let node = args.node.clone().or_else(|| {
-        gpu_affinity::trust::open_regular(Path::new("/proc/sys/kernel/hostname"))
-            .and_then(|f| gpu_affinity::trust::read_bounded_text(f, 256))
-            .ok()
-            .and_then(|h| h.trim().split('.').next().map(str::to_string))
-    });
+    let node = args.node.clone().or_else(read::short_hostname);
     let node_gpus = conf.map(|c| c.node_gpus(node.as_deref().unwrap_or_default()));
     Ok(SlurmGpus::number(
         machine,

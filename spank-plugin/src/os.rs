@@ -47,16 +47,7 @@ impl Os for LiveOs {
     }
 
     fn node_name(&self) -> Option<String> {
-        let file =
-            gpu_affinity::trust::open_regular(Path::new("/proc/sys/kernel/hostname")).ok()?;
-        let name = gpu_affinity::trust::read_bounded_text(file, 256).ok()?;
-        let short = name
-            .trim()
-            .split('.')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        (!short.is_empty()).then_some(short)
+        gpu_affinity::slurm::read::short_hostname()
     }
 
     fn device_minor(&self, path: &str) -> Option<u32> {

@@ -116,6 +116,16 @@ pub fn device_minor(path: &str) -> Option<u32> {
     }
 }
 
+/// This host's short name (`/proc/sys/kernel/hostname` up to the first `.`): the name
+/// slurmd gives its node when slurm.conf names no other, so what gres.conf's `NodeName=`
+/// and the node's drain are matched against. `None` when it cannot be read or is empty.
+pub fn short_hostname() -> Option<String> {
+    let file = trust::open_regular(Path::new("/proc/sys/kernel/hostname")).ok()?;
+    let name = trust::read_bounded_text(file, 256).ok()?;
+    let short = name.trim().split('.').next().unwrap_or_default();
+    (!short.is_empty()).then(|| short.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
