@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::gres_conf::{self, GresConf, MAX_GRES_CONF_BYTES};
+use super::slurm_conf::{self, SlurmConf};
 use super::topology::{self, Topology};
 use crate::trust::{self, TrustError};
 
@@ -76,6 +77,47 @@ pub fn parse_topology(path: &Path, text: &str) -> Result<Vec<Topology>, String> 
         topology::parse_conf(text).map(|t| vec![t])
     };
     parsed.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Most files one slurm.conf read follows (itself and its includes, transitively).
+const MAX_SLURM_CONF_FILES: usize = 64;
+
+/// Read slurm.conf at `path` and the files its `include` lines name (relative names next
+/// to slurm.conf, as Slurm resolves them), each trust-checked like gres.conf, into one
+/// [`SlurmConf`]. An include with a wildcard is not followed (its name stays in
+/// `includes`). `Ok(None)`: there is no slurm.conf at `path`.
+pub fn read_slurm_conf(path: &Path, owner: u32) -> Result<Option<SlurmConf>, String> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut conf = SlurmConf::default();
+    let mut queue = vec![path.to_path_buf()];
+    let mut read = 0;
+    while let Some(file) = queue.pop() {
+        read += 1;
+        if read > MAX_SLURM_CONF_FILES {
+            return Err(format!(
+                "{}: more than {MAX_SLURM_CONF_FILES} included files",
+                path.display()
+            ));
+        }
+        let text = trust::read_trusted_text(&file, "slurm.conf", owner, MAX_TOPOLOGY_BYTES)
+            .map_err(|e| e.to_string())?;
+        let known = conf.includes.len();
+        slurm_conf::parse_into(&text, &mut conf).map_err(|e| format!("{}: {e}", file.display()))?;
+        // An include is read after the whole file naming it, in written order. (Slurm
+        // reads it in place; the facts taken here are each set in one place in the
+        // products' layouts, so the order only matters for a conf that sets one twice.)
+        let mut next: Vec<PathBuf> = conf.includes[known..]
+            .iter()
+            .filter(|name| !name.contains(['*', '?', '[']))
+            .map(|name| dir.join(name))
+            .collect();
+        next.reverse();
+        queue.extend(next);
+    }
+    Ok(Some(conf))
 }
 
 /// Read and parse gres.conf at `path`, refusing a file `owner` (root) does not fully

@@ -10,8 +10,9 @@
 //!   topology.conf to come from;
 //! - flat (topology.yaml `flat: true`): nothing to check.
 //!
-//! topology.yaml holds several topologies; the one checked is `cluster_default` (else the
-//! first), what slurmctld uses for partitions that name none.
+//! topology.yaml holds several topologies; the one checked is the one the step's
+//! partition selects (slurm.conf `PartitionName=... Topology=NAME`, Slurm 25.05+), else
+//! `cluster_default`, else the first: what slurmctld places that partition's jobs by.
 
 use super::hostlist;
 use super::topology::{Kind, Topology};
@@ -52,6 +53,18 @@ pub fn cluster_topology(topologies: &[Topology]) -> Option<&Topology> {
         .or_else(|| topologies.first())
 }
 
+/// The topology a partition's jobs are placed by: the one it names (`Topology=`), else
+/// the cluster's ([`cluster_topology`]). A name the file does not hold (slurmctld refuses
+/// such a conf) also falls back to the cluster's.
+pub fn partition_topology<'t>(
+    topologies: &'t [Topology],
+    named: Option<&str>,
+) -> Option<&'t Topology> {
+    named
+        .and_then(|n| topologies.iter().find(|t| t.name == n))
+        .or_else(|| cluster_topology(topologies))
+}
+
 /// Expand the step's node list (`SLURM_STEP_NODELIST`), bounded.
 /// The list reaches the plugin through the job environment, and its names reach the
 /// user's stderr and the slurmd log, so only printable ASCII names are taken.
@@ -71,24 +84,42 @@ pub fn step_nodes(list: &str) -> Result<Vec<String>, String> {
     Ok(nodes)
 }
 
+/// The placement units of `t` with their nodes; `None` for a flat topology.
+fn units(t: &Topology) -> Option<(Unit, Vec<(&str, &[String])>)> {
+    match &t.kind {
+        Kind::Flat => None,
+        Kind::Block(b) => Some((
+            Unit::Block,
+            b.blocks
+                .iter()
+                .map(|b| (b.name.as_str(), b.nodes.as_slice()))
+                .collect(),
+        )),
+        Kind::Tree(switches) => Some((
+            Unit::LeafSwitch,
+            switches
+                .iter()
+                .filter(|s| !s.nodes.is_empty())
+                .map(|s| (s.name.as_str(), s.nodes.as_slice()))
+                .collect(),
+        )),
+    }
+}
+
+/// The unit (block or leaf switch) `node` is placed in; `None` when `t` is flat or does
+/// not name the node. A node in two units is one slurmctld rejects; the first counts.
+pub fn unit_of<'t>(t: &'t Topology, node: &str) -> Option<(Unit, &'t str)> {
+    let (unit, units) = units(t)?;
+    units
+        .into_iter()
+        .find(|(_, members)| members.iter().any(|n| n == node))
+        .map(|(name, _)| (unit, name))
+}
+
 /// Where each of `nodes` sits in `t`.
 pub fn span(t: &Topology, nodes: &[String]) -> Span {
-    let units: Vec<(&str, &[String])> = match &t.kind {
-        Kind::Flat => return Span::Fits,
-        Kind::Block(b) => b
-            .blocks
-            .iter()
-            .map(|b| (b.name.as_str(), b.nodes.as_slice()))
-            .collect(),
-        Kind::Tree(switches) => switches
-            .iter()
-            .filter(|s| !s.nodes.is_empty())
-            .map(|s| (s.name.as_str(), s.nodes.as_slice()))
-            .collect(),
-    };
-    let unit = match t.kind {
-        Kind::Tree(_) => Unit::LeafSwitch,
-        _ => Unit::Block,
+    let Some((unit, units)) = units(t) else {
+        return Span::Fits;
     };
     let mut of_node = std::collections::HashMap::new();
     for (name, members) in &units {
@@ -217,6 +248,8 @@ mod tests {
     #[test]
     fn tree_form_needs_one_leaf_switch() {
         let t = parse_conf(TREE).expect("conf");
+        assert_eq!(unit_of(&t, "h3"), Some((Unit::LeafSwitch, "s2")));
+        assert_eq!(unit_of(&t, "x1"), None);
         assert_eq!(span(&t, &nodes("h[1-2]")), Span::Fits);
         let s = span(&t, &nodes("h[2-3]"));
         assert_eq!(
@@ -234,6 +267,17 @@ mod tests {
         let t = cluster_topology(&all).expect("one");
         assert_eq!(t.name, "blk");
         assert!(matches!(span(t, &nodes("h[1-4]")), Span::Spans { .. }));
+        // A partition's own topology wins; an unknown name falls back.
+        let tree = partition_topology(&all, Some("tree1")).expect("named");
+        assert_eq!(tree.name, "tree1");
+        assert_eq!(span(tree, &nodes("h[1-4]")), Span::Fits);
+        assert_eq!(
+            partition_topology(&all, Some("nope"))
+                .expect("default")
+                .name,
+            "blk"
+        );
+        assert_eq!(partition_topology(&all, None).expect("default").name, "blk");
         let flat = parse_yaml("- topology: f\n  flat: true\n").expect("flat");
         let t = cluster_topology(&flat).expect("one");
         assert_eq!(span(t, &nodes("h[1-4]")), Span::Fits);
