@@ -158,14 +158,27 @@ pub fn run(args: &Args) -> Result<ExitCode, CliError> {
 /// The admin config and the profiles (built-in plus the admin's), through the plugin's
 /// own checks (core's `config` and `load_trusted`).
 fn fabric_setup(args: &Args) -> Result<(Config, profiles::Profiles), CliError> {
-    let owner = args.trusted_owner;
-    let config = match config::locate(args.config.as_deref(), Path::new(config::DEFAULT_CONFIG)) {
+    admin_setup(
+        args.config.as_deref(),
+        args.profiles_dir.as_deref(),
+        args.trusted_owner,
+    )
+}
+
+/// The admin config (`named`, else the default path when something is there) and the
+/// profiles (`profiles_dir`, else the config's, else the default dir): what `explain`
+/// and `audit` both read.
+pub fn admin_setup(
+    named: Option<&Path>,
+    profiles_dir: Option<&Path>,
+    owner: u32,
+) -> Result<(Config, profiles::Profiles), CliError> {
+    let config = match config::locate(named, Path::new(config::DEFAULT_CONFIG)) {
         Some(path) => config::read_trusted(&path, owner)?,
         None => Config::default(),
     };
-    let profiles_dir = args
-        .profiles_dir
-        .clone()
+    let profiles_dir = profiles_dir
+        .map(Path::to_path_buf)
         .or_else(|| config.fabric.profiles_dir.clone())
         .unwrap_or_else(|| PathBuf::from(profiles::DEFAULT_PROFILE_DIR));
     let profiles = profiles::load_trusted(&profiles_dir, owner)?;

@@ -1,11 +1,14 @@
 //! `gpu-affinity`: the admin command of the gpu-affinity suite.
 //!
-//! Subcommands: `explain` (what the plugin will do on a node), `fixture` (write a fake
+//! Subcommands: `explain` (what the plugin will do on a node), `audit` (the reference
+//! checklist), `fixture` (write a fake
 //! sysfs tree for a machine), `machines` (the embedded catalog), `bench` (discovery and
 //! solver figures), `conf` (Slurm configuration), `hostlist` (expand/compress),
 //! `install` / `uninstall` (plugin link and plugstack snippet).
-//! Exit status: 0 success, 1 bad input, 2 strict violations.
+//! Exit status: 0 success, 1 bad input, 2 strict violations (`audit`: 1 a failed
+//! finding, 2 bad input).
 
+mod audit;
 mod bench;
 mod conf;
 mod explain;
@@ -33,6 +36,9 @@ struct Cli {
 enum Command {
     /// Show the per-rank binding the plugin would apply on a node, and why.
     Explain(explain::Args),
+    /// Audit a node and its cluster config against the reference checklist
+    /// (exit 0 pass/warn, 1 a finding failed, 2 bad input).
+    Audit(audit::Args),
     /// Write a fake sysfs/procfs tree describing a machine (for tests and demos).
     Fixture(fixture::Args),
     /// List the machines of the embedded catalog.
@@ -72,6 +78,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Explain(args) => explain::run(&args),
+        // Its own exit codes: 2 for bad input, 1 is a failed finding.
+        Command::Audit(args) => return audit::run(&args),
         Command::Fixture(args) => fixture::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Machines => {
             machine_source::print_catalog();

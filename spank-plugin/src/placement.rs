@@ -20,7 +20,7 @@
 
 use std::path::PathBuf;
 
-use gpu_affinity::slurm::read::topology_paths;
+use gpu_affinity::slurm::read;
 use gpu_affinity::slurm::step_span;
 use gpu_affinity::slurm::topology::Topology;
 
@@ -120,19 +120,10 @@ fn problem(settings: &Settings, host: &dyn Host, os: &dyn Os) -> Option<String> 
 /// The topology file and its topologies: the named one, else the first that exists next
 /// to slurm.conf.
 fn read(settings: &Settings, os: &dyn Os) -> Result<Option<(PathBuf, Vec<Topology>)>, String> {
-    if let Some(path) = &settings.topology {
-        return match os.read_topology(path, settings.owner)? {
-            Some(t) => Ok(Some((path.clone(), t))),
-            None => Err(format!(
-                "topology file {} (named by topology) does not exist",
-                path.display()
-            )),
-        };
-    }
-    for path in topology_paths(os.slurmd_conf().as_deref()) {
-        if let Some(t) = os.read_topology(&path, settings.owner)? {
-            return Ok(Some((path, t)));
-        }
-    }
-    Ok(None)
+    let slurm_conf = os.slurmd_conf();
+    read::locate_topology(
+        settings.topology.as_deref(),
+        slurm_conf.as_deref(),
+        &|path| os.read_topology(path, settings.owner),
+    )
 }

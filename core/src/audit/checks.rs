@@ -96,16 +96,40 @@ fn checked(
     }
 }
 
-fn nic_line(machine: &Machine, nic: &Nic) -> String {
-    let numa = machine
-        .cpu_numa_of(nic.pci)
-        .map_or("unknown".to_string(), |n| n.to_string());
-    format!(
-        "{} {} {} NUMA {numa}",
-        nic.name().unwrap_or("?"),
-        nic.pci,
-        nic.kind.as_str()
-    )
+fn numa_word(n: Option<u32>) -> String {
+    n.map_or("unknown".to_string(), |n| n.to_string())
+}
+
+fn nic_name(nic: &Nic) -> String {
+    nic.name()
+        .map_or_else(|| nic.pci.to_string(), str::to_string)
+}
+
+/// NICs grouped by NUMA node, one evidence line per node: `NUMA 0: 16 efa rdmap79s0,...`.
+fn nics_by_numa(machine: &Machine, nics: &[&Nic]) -> Vec<String> {
+    let mut by_node: std::collections::BTreeMap<Option<u32>, Vec<&Nic>> = Default::default();
+    for n in nics {
+        by_node
+            .entry(machine.cpu_numa_of(n.pci))
+            .or_default()
+            .push(n);
+    }
+    by_node
+        .into_iter()
+        .map(|(node, nics)| {
+            let kinds: BTreeSet<&str> = nics.iter().map(|n| n.kind.as_str()).collect();
+            format!(
+                "NUMA {}: {} {} {}",
+                numa_word(node),
+                nics.len(),
+                kinds.into_iter().collect::<Vec<_>>().join("/"),
+                nics.iter()
+                    .map(|n| nic_name(n))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )
+        })
+        .collect()
 }
 
 /// Fabric NICs present: the facade's set, the one ranks get.
@@ -119,10 +143,11 @@ fn fabric_nics(node: &Node<'_>) -> Checked {
     );
     if node.nics.is_empty() {
         let mut evidence = vec![profile];
+        let all: Vec<&Nic> = m.nics.iter().collect();
         evidence.extend(
-            m.nics
-                .iter()
-                .map(|n| format!("not fabric: {}", nic_line(m, n))),
+            nics_by_numa(m, &all)
+                .into_iter()
+                .map(|l| format!("not fabric: {l}")),
         );
         return checked(
             "fabric.nics",
@@ -135,7 +160,7 @@ fn fabric_nics(node: &Node<'_>) -> Checked {
     }
     let kinds: BTreeSet<&str> = node.nics.iter().map(|n| n.kind.as_str()).collect();
     let mut evidence = vec![profile];
-    evidence.extend(node.nics.iter().map(|n| nic_line(m, n)));
+    evidence.extend(nics_by_numa(m, &node.nics));
     checked(
         "fabric.nics",
         Tier::Fabric,
@@ -172,12 +197,12 @@ fn fabric_numa(node: &Node<'_>) -> Checked {
         match m.cpu_numa_of(nic.pci) {
             None => problems.push(format!(
                 "NIC {} ({}): the node reports no NUMA node for it",
-                nic.name().unwrap_or("?"),
+                nic_name(nic),
                 nic.pci
             )),
             Some(n) if !gpu_nodes.contains(&Some(n)) => problems.push(format!(
                 "NIC {} ({}) is on NUMA node {n}, which holds no GPU",
-                nic.name().unwrap_or("?"),
+                nic_name(nic),
                 nic.pci
             )),
             Some(_) => {}
@@ -199,7 +224,7 @@ fn fabric_numa(node: &Node<'_>) -> Checked {
     }
     let numa_list = |set: &BTreeSet<Option<u32>>| {
         set.iter()
-            .map(|n| n.map_or("unknown".to_string(), |n| n.to_string()))
+            .map(|n| numa_word(*n))
             .collect::<Vec<_>>()
             .join(",")
     };
@@ -264,30 +289,36 @@ fn plan_check(node: &Node<'_>, area: Area) -> Checked {
             Vec::new(),
         );
     }
+    let join = |v: Vec<String>| {
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.join(",")
+        }
+    };
     let evidence = plan
         .ranks
         .iter()
         .map(|r| {
-            let join = |v: Vec<String>| {
-                if v.is_empty() {
-                    "-".into()
-                } else {
-                    v.join(",")
-                }
-            };
-            format!(
-                "rank {}: GPU {} NIC {} CPUs {} memory NUMA {}",
-                r.rank,
-                join(r.gpus.iter().map(ToString::to_string).collect()),
-                join(
-                    r.nics
-                        .iter()
-                        .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
-                        .collect()
+            let gpus = join(r.gpus.iter().map(ToString::to_string).collect());
+            match area {
+                Area::Fabric => format!(
+                    "rank {}: GPU {gpus} NIC {}",
+                    r.rank,
+                    join(
+                        r.nics
+                            .iter()
+                            .map(|n| n.name.clone().unwrap_or_else(|| n.pci.to_string()))
+                            .collect()
+                    )
                 ),
-                r.cpus,
-                join(r.mems.iter().map(ToString::to_string).collect())
-            )
+                _ => format!(
+                    "rank {}: GPU {gpus} CPUs {} memory NUMA {}",
+                    r.rank,
+                    r.cpus,
+                    join(r.mems.iter().map(ToString::to_string).collect())
+                ),
+            }
         })
         .collect();
     checked(
@@ -331,7 +362,7 @@ fn nccl_topology(node: &Node<'_>, fabric: Option<&FabricDecision>) -> Checked {
             tier,
             area,
             Outcome::Advice,
-            "the PCI tree is virtual and the vendor topology file does not fit: the plugin generates one per step (steps run with --gpu-affinity=off get none)",
+            "the PCI tree is virtual and no vendor topology file fits: the plugin generates one per step (steps run with --gpu-affinity=off get none)",
             vec![reason.clone()],
         ),
         Some(TopoDecision::Refuse { reason }) => checked(

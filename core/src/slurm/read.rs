@@ -53,6 +53,34 @@ pub fn topology_paths(slurm_conf: Option<&Path>) -> [PathBuf; 2] {
     ]
 }
 
+/// A topology file's topologies; `Ok(None)` when there is no such file.
+pub type TopologyRead = Result<Option<Vec<Topology>>, String>;
+
+/// The cluster's topology file and its topologies: the one `named` (plugstack or
+/// `[plugin] topology`; it must exist), else the first of [`topology_paths`] that does.
+/// `read` is the caller's reader ([`read_topology`], or the plugin's seam over it).
+pub fn locate_topology(
+    named: Option<&Path>,
+    slurm_conf: Option<&Path>,
+    read: &dyn Fn(&Path) -> TopologyRead,
+) -> Result<Option<(PathBuf, Vec<Topology>)>, String> {
+    if let Some(path) = named {
+        return match read(path)? {
+            Some(t) => Ok(Some((path.to_path_buf(), t))),
+            None => Err(format!(
+                "topology file {} (named by topology) does not exist",
+                path.display()
+            )),
+        };
+    }
+    for path in topology_paths(slurm_conf) {
+        if let Some(t) = read(&path)? {
+            return Ok(Some((path, t)));
+        }
+    }
+    Ok(None)
+}
+
 /// Read and parse a topology file, trust-checked like gres.conf: topology.yaml when the
 /// name ends in `.yaml`/`.yml`, else topology.conf. `Ok(None)`: there is no such file.
 pub fn read_topology(path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String> {

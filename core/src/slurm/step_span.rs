@@ -84,8 +84,11 @@ pub fn step_nodes(list: &str) -> Result<Vec<String>, String> {
     Ok(nodes)
 }
 
+/// A unit's name and its nodes.
+type Members<'t> = (&'t str, &'t [String]);
+
 /// The placement units of `t` with their nodes; `None` for a flat topology.
-fn units(t: &Topology) -> Option<(Unit, Vec<(&str, &[String])>)> {
+fn units(t: &Topology) -> Option<(Unit, Vec<Members<'_>>)> {
     match &t.kind {
         Kind::Flat => None,
         Kind::Block(b) => Some((
