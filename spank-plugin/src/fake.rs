@@ -156,6 +156,8 @@ pub struct FakeOs {
     pub topology_files: std::collections::HashMap<PathBuf, String>,
     /// cgroup.conf's ConstrainDevices.
     pub constrain_devices: bool,
+    /// slurm.conf text at any path (`None`: no file).
+    pub slurm_conf: Option<String>,
 }
 
 impl FakeOs {
@@ -175,6 +177,7 @@ impl FakeOs {
             gres_conf: None,
             node: "n1".into(),
             topology_files: std::collections::HashMap::new(),
+            slurm_conf: None,
             constrain_devices: false,
         }
     }
@@ -251,6 +254,16 @@ impl Os for FakeOs {
     }
     fn constrain_devices(&self, _path: &Path, _owner: u32) -> Result<bool, String> {
         Ok(self.constrain_devices)
+    }
+    fn read_slurm_conf(
+        &self,
+        _path: &Path,
+        _owner: u32,
+    ) -> Result<Option<gpu_affinity::slurm::slurm_conf::SlurmConf>, String> {
+        self.slurm_conf
+            .as_deref()
+            .map(gpu_affinity::slurm::slurm_conf::parse)
+            .transpose()
     }
     fn slurmd_conf(&self) -> Option<PathBuf> {
         Some(PathBuf::from("/etc/slurm/slurm.conf"))

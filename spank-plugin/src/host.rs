@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
+use gpu_affinity::slurm::slurm_conf::SlurmConf;
 use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 
@@ -124,6 +125,9 @@ pub trait Os {
     /// The cluster's topology file at `path` (topology.yaml or topology.conf), trust-checked
     /// like gres.conf (`Ok(None)`: no such file); Err is one line naming the file.
     fn read_topology(&self, path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String>;
+    /// slurm.conf at `path` with its includes, trust-checked like gres.conf (`Ok(None)`:
+    /// no such file): the partitions' `Topology=`.
+    fn read_slurm_conf(&self, path: &Path, owner: u32) -> Result<Option<SlurmConf>, String>;
     /// slurmd's own `SLURM_CONF` (this process's environment, root's: slurmd sets it for
     /// itself and the slurmstepds it forks), where gres.conf sits next to slurm.conf.
     fn slurmd_conf(&self) -> Option<PathBuf>;

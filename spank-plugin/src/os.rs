@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
+use gpu_affinity::slurm::slurm_conf::SlurmConf;
 use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 use nix::unistd::Pid;
@@ -40,6 +41,10 @@ impl Os for LiveOs {
 
     fn constrain_devices(&self, path: &Path, owner: u32) -> Result<bool, String> {
         gpu_affinity::slurm::read::read_constrain_devices(path, owner).map_err(|e| e.to_string())
+    }
+
+    fn read_slurm_conf(&self, path: &Path, owner: u32) -> Result<Option<SlurmConf>, String> {
+        gpu_affinity::slurm::read::read_slurm_conf(path, owner)
     }
 
     fn slurmd_conf(&self) -> Option<PathBuf> {

@@ -8,6 +8,9 @@
 //!   topology.yaml, else topology.conf next to slurmd's own slurm.conf (root's
 //!   `SLURM_CONF`, never the job's), read as root and trust-checked like gres.conf. No
 //!   file: nothing to check.
+//! - which of topology.yaml's topologies: the one the step's partition
+//!   (`SLURM_JOB_PARTITION`) names with `Topology=` in that slurm.conf, else the
+//!   `cluster_default`, else the first.
 //! - the step's nodes: spank.h has no item for them (only S_JOB_NNODES / S_JOB_NODEID), so
 //!   `SLURM_STEP_NODELIST` (else `SLURM_JOB_NODELIST`) of the job environment, which
 //!   slurmstepd fills in from the step's layout. The user can set these, and that is safe:
@@ -107,7 +110,11 @@ fn problem(settings: &Settings, host: &dyn Host, os: &dyn Os) -> Option<String> 
         }
         Err(e) => return Some(format!("cannot check the step's placement: {e}")),
     };
-    let topology = step_span::cluster_topology(&topologies)?;
+    let named = match partition_topology(settings, host, os, &topologies) {
+        Ok(n) => n,
+        Err(e) => return Some(format!("cannot check the step's placement: {e}")),
+    };
+    let topology = step_span::partition_topology(&topologies, named.as_deref())?;
     let span = step_span::span(topology, &nodes);
     log::debug!(
         "gpu-affinity: step placement by {} ({}): {span:?}",
@@ -115,6 +122,33 @@ fn problem(settings: &Settings, host: &dyn Host, os: &dyn Os) -> Option<String> 
         topology.name
     );
     step_span::reason(&span)
+}
+
+/// The topology the step's partition names (slurm.conf `PartitionName=... Topology=`,
+/// Slurm 25.05+), read only when the file holds more than one. The partition comes from
+/// `SLURM_JOB_PARTITION` of the job env: a forged one picks another of root's topologies
+/// for the user's own step, as safe as a forged node list.
+fn partition_topology(
+    settings: &Settings,
+    host: &dyn Host,
+    os: &dyn Os,
+    topologies: &[Topology],
+) -> Result<Option<String>, String> {
+    if topologies.len() < 2 {
+        return Ok(None);
+    }
+    let Some(partition) = host.getenv("SLURM_JOB_PARTITION").ok().flatten() else {
+        return Ok(None);
+    };
+    let path = os
+        .slurmd_conf()
+        .unwrap_or_else(|| PathBuf::from(read::DEFAULT_SLURM_CONF));
+    let Some(conf) = os.read_slurm_conf(&path, settings.owner)? else {
+        return Ok(None);
+    };
+    Ok(conf
+        .partition(partition.trim())
+        .and_then(|p| p.topology.clone()))
 }
 
 /// The topology file and its topologies: the named one, else the first that exists next

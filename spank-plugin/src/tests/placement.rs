@@ -169,3 +169,39 @@ fn an_unplannable_prefer_step_carries_both_warnings_on_one_line() {
         "{warning}"
     );
 }
+
+#[test]
+fn the_step_partition_picks_its_topology_from_slurm_conf() {
+    // Two topologies: one block of all four nodes (the cluster default) and two blocks.
+    let yaml = "- topology: one\n  cluster_default: true\n  block:\n    blocks:\n      - block: all\n        nodes: h[1-4]\n\
+                - topology: two\n  block:\n    blocks:\n      - block: b1\n        nodes: h[1-2]\n      - block: b2\n        nodes: h[3-4]\n";
+    let mut os = os_with(&[("/etc/slurm/topology.yaml", yaml)]);
+    os.slurm_conf = Some(
+        "PartitionName=wide Nodes=h[1-4] Default=YES\nPartitionName=split Nodes=h[1-4] Topology=two\n"
+            .into(),
+    );
+    let run = |partition: Option<&str>| {
+        let plugin = remote_plugin(&["default=strict"]);
+        let mut env = vec![
+            ("SLURM_STEP_GPUS", "2,3"),
+            ("SLURM_STEP_NODELIST", "h[1-4]"),
+        ];
+        if let Some(p) = partition {
+            env.push(("SLURM_JOB_PARTITION", p));
+        }
+        prepare_step(&plugin, &gpu_host(&env), &os);
+        plugin.step().cloned()
+    };
+    match run(Some("split")) {
+        Some(StepOutcome::Misplaced(line)) => assert_eq!(line, REFUSAL),
+        other => panic!("split: {other:?}"),
+    }
+    // A partition naming none, an unknown one, or no partition: the cluster default.
+    for p in [Some("wide"), Some("nope"), None] {
+        assert!(
+            matches!(run(p), Some(StepOutcome::Planned(_))),
+            "{p:?}: {:?}",
+            run(p)
+        );
+    }
+}
