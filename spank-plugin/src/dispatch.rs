@@ -3,7 +3,7 @@
 use crate::guard::Failure;
 use crate::host::{Context, Host, Os};
 use crate::state::Plugin;
-use crate::{exit, init, init_post_opt, task_init, task_post_fork, user_init};
+use crate::{exit, init, init_post_opt, local_user_init, task_init, task_post_fork, user_init};
 
 /// The SPANK hooks this plugin exports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,6 +11,8 @@ pub enum Hook {
     Init,
     InitPostOpt,
     UserInit,
+    /// srun, once the allocation is known (`slurm_spank_local_user_init`).
+    LocalUserInit,
     TaskPostFork,
     TaskInit,
     Exit,
@@ -22,6 +24,7 @@ impl Hook {
             Hook::Init => "init",
             Hook::InitPostOpt => "init_post_opt",
             Hook::UserInit => "user_init",
+            Hook::LocalUserInit => "local_user_init",
             Hook::TaskPostFork => "task_post_fork",
             Hook::TaskInit => "task_init",
             Hook::Exit => "exit",
@@ -44,6 +47,7 @@ pub fn dispatch(
         }
         (Hook::InitPostOpt, Context::Remote) => init_post_opt::remote(plugin, host, os),
         (Hook::UserInit, Context::Remote) => user_init::user_init(plugin, host, os),
+        (Hook::LocalUserInit, Context::Local) => local_user_init::local_user_init(plugin, host, os),
         (Hook::TaskPostFork, Context::Remote) => task_post_fork::task_post_fork(plugin),
         (Hook::TaskInit, Context::Remote) => task_init::task_init(plugin, host, os),
         (Hook::Exit, Context::Remote) => exit::exit(plugin),

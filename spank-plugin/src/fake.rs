@@ -18,6 +18,8 @@ pub struct FakeHost {
     pub step_id: u32,
     /// S_JOB_NODEID.
     pub node_id: u32,
+    /// S_JOB_NNODES.
+    pub nodes: u32,
     pub uid: u32,
     pub local_task: Option<u32>,
     pub global_task: Option<u32>,
@@ -35,6 +37,7 @@ impl FakeHost {
             job_id: 42,
             step_id: 0,
             node_id: 0,
+            nodes: 1,
             uid: 1000,
             local_task: None,
             global_task: None,
@@ -60,6 +63,7 @@ impl FakeHost {
             job_id: self.job_id,
             step_id: self.step_id,
             node_id: self.node_id,
+            nodes: self.nodes,
             uid: self.uid,
             local_task: Some(local),
             global_task: Some(global),
@@ -95,6 +99,9 @@ impl Host for FakeHost {
     }
     fn node_id(&self) -> Result<u32, HostError> {
         Ok(self.node_id)
+    }
+    fn step_node_count(&self) -> Result<u32, HostError> {
+        Ok(self.nodes)
     }
     fn job_uid(&self) -> Result<u32, HostError> {
         Ok(self.uid)
@@ -158,6 +165,8 @@ pub struct FakeOs {
     pub constrain_devices: bool,
     /// slurm.conf text at any path (`None`: no file).
     pub slurm_conf: Option<String>,
+    /// The process's own arguments (srun's).
+    pub args: Vec<String>,
 }
 
 impl FakeOs {
@@ -178,6 +187,7 @@ impl FakeOs {
             node: "n1".into(),
             topology_files: std::collections::HashMap::new(),
             slurm_conf: None,
+            args: Vec::new(),
             constrain_devices: false,
         }
     }
@@ -264,6 +274,9 @@ impl Os for FakeOs {
             .as_deref()
             .map(gpu_affinity::slurm::slurm_conf::parse)
             .transpose()
+    }
+    fn own_args(&self) -> Vec<String> {
+        self.args.clone()
     }
     fn slurmd_conf(&self) -> Option<PathBuf> {
         Some(PathBuf::from("/etc/slurm/slurm.conf"))

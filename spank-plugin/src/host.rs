@@ -63,6 +63,8 @@ pub trait Host {
     /// S_JOB_NODEID: this node's index in the step (0: the first node). The job env's
     /// SLURM_NODEID is not set yet in init_post_opt (measured on 22.05).
     fn node_id(&self) -> Result<u32, HostError>;
+    /// S_JOB_NNODES: the step's node count (in srun: its step layout's, once known).
+    fn step_node_count(&self) -> Result<u32, HostError>;
     /// S_JOB_UID (logged in the step summary).
     fn job_uid(&self) -> Result<u32, HostError>;
     /// S_TASK_ID: the task's index on this node (task_init only).
@@ -135,6 +137,9 @@ pub trait Os {
     fn node_name(&self) -> Option<String>;
     /// cgroup.conf at `path` says `ConstrainDevices=yes` (trust-checked; no file: no).
     fn constrain_devices(&self, path: &Path, owner: u32) -> Result<bool, String>;
+    /// This process's own arguments (srun's, in local context), bounded; empty when they
+    /// cannot be read.
+    fn own_args(&self) -> Vec<String>;
     /// The /dev/nvidiaN minor number of a device file gres.conf lists.
     fn device_minor(&self, path: &str) -> Option<u32>;
 }

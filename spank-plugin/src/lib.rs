@@ -112,6 +112,7 @@ mod guard;
 mod host;
 mod init;
 mod init_post_opt;
+mod local_user_init;
 mod logger;
 mod mode;
 mod node;
@@ -254,6 +255,16 @@ mod exports {
     ) -> c_int {
         // SAFETY: forwarded from Slurm unchanged.
         unsafe { hook(Hook::UserInit, sp, ac, av) }
+    }
+
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn slurm_spank_local_user_init(
+        sp: spank_t,
+        ac: c_int,
+        av: *mut *mut c_char,
+    ) -> c_int {
+        // SAFETY: forwarded from Slurm unchanged.
+        unsafe { hook(Hook::LocalUserInit, sp, ac, av) }
     }
 
     #[unsafe(no_mangle)]

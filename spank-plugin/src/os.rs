@@ -47,6 +47,22 @@ impl Os for LiveOs {
         gpu_affinity::slurm::read::read_slurm_conf(path, owner)
     }
 
+    fn own_args(&self) -> Vec<String> {
+        use std::io::Read;
+        // srun's command line: a few KiB; anything past 1 MiB is not read.
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open("/proc/self/cmdline")
+            .and_then(|f| f.take(1 << 20).read_to_end(&mut bytes));
+        if read.is_err() {
+            return Vec::new();
+        }
+        bytes
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect()
+    }
+
     fn slurmd_conf(&self) -> Option<PathBuf> {
         std::env::var_os("SLURM_CONF").map(PathBuf::from)
     }

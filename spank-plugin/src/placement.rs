@@ -24,9 +24,10 @@
 use std::path::PathBuf;
 
 use gpu_affinity::slurm::read;
-use gpu_affinity::slurm::step_span;
 use gpu_affinity::slurm::topology::Topology;
+use gpu_affinity::slurm::{srun_args, step_span};
 
+use crate::guard::Failure;
 use crate::host::{Host, Os};
 use crate::mode::Choice;
 use crate::settings::Settings;
@@ -42,7 +43,7 @@ pub fn backstop(prepared: Prepared, settings: &Settings, host: &dyn Host, os: &d
         Prepared::Decided(StepOutcome::Unplanned { .. }) => false,
         Prepared::Decided(_) => return prepared,
     };
-    let Some(problem) = problem(settings, host, os) else {
+    let Some(problem) = problem(settings, &Side::node(host, os), os) else {
         return prepared;
     };
     if strict {
@@ -80,29 +81,104 @@ pub fn backstop(prepared: Prepared, settings: &Settings, host: &dyn Host, os: &d
     }
 }
 
+/// The submit side, in srun once the allocation is known (local_user_init): the same
+/// decision and message as the node backstop, before anything is launched. srun runs as
+/// the user, so this only reads: the topology next to the SLURM_CONF srun uses (or
+/// plugstack `topology=`), trust-checked as on the node, and srun's own environment.
+/// Only a step whose node list srun's environment names in full is checked here (its
+/// length is S_JOB_NNODES: inside a larger allocation the env lists the job's nodes,
+/// not the step's, and the node side decides), and only one whose GPU request srun can
+/// see ([`srun_args::asks_for_gpus`]); CPU-only steps are left alone, as on the node.
+pub fn submit(
+    settings: &Settings,
+    strict: bool,
+    host: &dyn Host,
+    os: &dyn Os,
+) -> Result<(), Failure> {
+    let env = |v: &str| host.process_env(v);
+    // Measured (22.05): srun's own allocation sets SLURM_NODELIST only; inside salloc
+    // SLURM_JOB_NODELIST is the allocation's. SLURM_STEP_NODELIST is not set in srun.
+    let nodes = first_list(&env).or_else(|| env("SLURM_NODELIST"));
+    let count = host.step_node_count().ok();
+    log::debug!(
+        "gpu-affinity: srun: step nodes {count:?}, node list {:?}",
+        nodes.as_deref().map(|l| l.escape_default().to_string())
+    );
+    if !srun_args::asks_for_gpus(&os.own_args(), &env) {
+        return Ok(());
+    }
+    let listed = nodes
+        .as_deref()
+        .and_then(|l| step_span::step_nodes(l).ok())
+        .map(|n| n.len() as u32);
+    if count.is_none() || listed != count {
+        log::debug!(
+            "gpu-affinity: srun: the step's own node list is not known here; the nodes check it"
+        );
+        return Ok(());
+    }
+    let side = Side {
+        nodes,
+        partition: env("SLURM_JOB_PARTITION"),
+        slurm_conf: env("SLURM_CONF").map(PathBuf::from),
+    };
+    let Some(problem) = problem(settings, &side, os) else {
+        return Ok(());
+    };
+    if strict {
+        return Err(Failure(format!("gpu-affinity: {problem}")));
+    }
+    // prefer: the node side warns on srun's stderr from node 0 (it cannot know srun
+    // warned already), so srun keeps quiet and the user reads the warning once.
+    log::debug!("gpu-affinity: srun: {problem}; prefer, the nodes warn");
+    Ok(())
+}
+
+/// What the check reads, from the side that runs it: slurmstepd (the job env and
+/// slurmd's own slurm.conf) or srun (its own environment and the SLURM_CONF it uses).
+struct Side {
+    /// The step's node list (`SLURM_STEP_NODELIST`, else `SLURM_JOB_NODELIST`).
+    nodes: Option<String>,
+    /// `SLURM_JOB_PARTITION`.
+    partition: Option<String>,
+    /// The slurm.conf the topology files sit next to.
+    slurm_conf: Option<PathBuf>,
+}
+
+impl Side {
+    /// The node side: the job environment (slurmstepd fills the step's node list in from
+    /// its layout) and slurmd's own `SLURM_CONF`.
+    fn node(host: &dyn Host, os: &dyn Os) -> Side {
+        let get = |v: &str| host.getenv(v).ok().flatten();
+        Side {
+            nodes: first_list(&get),
+            partition: get("SLURM_JOB_PARTITION"),
+            slurm_conf: os.slurmd_conf(),
+        }
+    }
+}
+
+fn first_list(get: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"]
+        .into_iter()
+        .find_map(|v| get(v).filter(|l| !l.trim().is_empty()))
+}
+
 /// Why the step's placement is not one unit (without the `gpu-affinity: ` prefix), or
 /// `None` when it fits or there is nothing to check.
-fn problem(settings: &Settings, host: &dyn Host, os: &dyn Os) -> Option<String> {
-    let list = ["SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"]
-        .into_iter()
-        .find_map(|v| {
-            host.getenv(v)
-                .ok()
-                .flatten()
-                .filter(|l| !l.trim().is_empty())
-        });
-    let Some(list) = list else {
+fn problem(settings: &Settings, side: &Side, os: &dyn Os) -> Option<String> {
+    let Some(list) = &side.nodes else {
         log::debug!("gpu-affinity: no step node list; placement not checked");
         return None;
     };
-    let nodes = match step_span::step_nodes(&list) {
+    let nodes = match step_span::step_nodes(list) {
         Ok(n) => n,
         Err(e) => return Some(format!("cannot check the step's placement: {e}")),
     };
     if nodes.len() < 2 {
         return None;
     }
-    let (path, topologies) = match read(settings, os) {
+    let (path, topologies) = match read(settings, side, os) {
         Ok(Some(t)) => t,
         Ok(None) => {
             log::debug!("gpu-affinity: no topology.yaml or topology.conf; placement not checked");
@@ -110,7 +186,7 @@ fn problem(settings: &Settings, host: &dyn Host, os: &dyn Os) -> Option<String> 
         }
         Err(e) => return Some(format!("cannot check the step's placement: {e}")),
     };
-    let named = match partition_topology(settings, host, os, &topologies) {
+    let named = match partition_topology(settings, side, os, &topologies) {
         Ok(n) => n,
         Err(e) => return Some(format!("cannot check the step's placement: {e}")),
     };
@@ -130,18 +206,19 @@ fn problem(settings: &Settings, host: &dyn Host, os: &dyn Os) -> Option<String> 
 /// for the user's own step, as safe as a forged node list.
 fn partition_topology(
     settings: &Settings,
-    host: &dyn Host,
+    side: &Side,
     os: &dyn Os,
     topologies: &[Topology],
 ) -> Result<Option<String>, String> {
     if topologies.len() < 2 {
         return Ok(None);
     }
-    let Some(partition) = host.getenv("SLURM_JOB_PARTITION").ok().flatten() else {
+    let Some(partition) = &side.partition else {
         return Ok(None);
     };
-    let path = os
-        .slurmd_conf()
+    let path = side
+        .slurm_conf
+        .clone()
         .unwrap_or_else(|| PathBuf::from(read::DEFAULT_SLURM_CONF));
     let Some(conf) = os.read_slurm_conf(&path, settings.owner)? else {
         return Ok(None);
@@ -153,11 +230,14 @@ fn partition_topology(
 
 /// The topology file and its topologies: the named one, else the first that exists next
 /// to slurm.conf.
-fn read(settings: &Settings, os: &dyn Os) -> Result<Option<(PathBuf, Vec<Topology>)>, String> {
-    let slurm_conf = os.slurmd_conf();
+fn read(
+    settings: &Settings,
+    side: &Side,
+    os: &dyn Os,
+) -> Result<Option<(PathBuf, Vec<Topology>)>, String> {
     read::locate_topology(
         settings.topology.as_deref(),
-        slurm_conf.as_deref(),
+        side.slurm_conf.as_deref(),
         &|path| os.read_topology(path, settings.owner),
     )
 }

@@ -69,6 +69,10 @@ impl Host for SpankHost {
         self.item_u32("spank_get_item(S_JOB_NODEID)", ffi::S_JOB_NODEID)
     }
 
+    fn step_node_count(&self) -> Result<u32, HostError> {
+        self.item_u32("spank_get_item(S_JOB_NNODES)", ffi::S_JOB_NNODES)
+    }
+
     fn job_uid(&self) -> Result<u32, HostError> {
         let mut uid: libc::uid_t = 0;
         // SAFETY: S_JOB_UID takes one `uid_t *`.

@@ -349,3 +349,136 @@ fn strict_refuses_a_step_across_blocks_and_prefer_warns() {
         .count();
     assert_eq!(warned, 1, "{out}");
 }
+
+/// The submit side: srun itself (local_user_init, once the allocation is known) refuses
+/// a strict GPU step across blocks before launching anything, with the node backstop's
+/// message: no task runs and no slurmd log holds the refusal (the nodes never saw the
+/// step). prefer warns once (the node side's warning; srun's check stays silent so the
+/// user reads it once) and runs; inside one block runs. Inside a larger allocation srun
+/// cannot tell the step's nodes, and the node backstop refuses instead.
+#[test]
+fn srun_refuses_a_strict_step_across_blocks_before_launch() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let topo = topology("block", work.path());
+    let m = gpu_affinity::sources::fixture::realized(
+        &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
+    );
+    let Some(cluster) = start(
+        "srun_refuses_a_strict_step_across_blocks_before_launch",
+        ClusterBuilder::new()
+            .machine(m)
+            .plugin_arg("default", "strict")
+            .conf_file("topology.conf", &topo),
+    ) else {
+        return;
+    };
+    let marks = work.path().join("marks");
+    std::fs::create_dir(&marks).expect("marks dir");
+    let touch = |tag: &str| format!("touch {}/{tag}-$SLURMD_NODENAME", marks.display());
+    let srun = |argv: &[&str]| {
+        cluster
+            .client(argv, &ClientOptions::bounded(30))
+            .expect("run srun")
+    };
+    let ran = |tag: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&marks)
+            .expect("marks")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{tag}-")))
+            .collect();
+        v.sort();
+        v
+    };
+    let refusal = "gpu-affinity: step spans 2 placement blocks: b1=[pa1] b2=[pa2]; strict placement needs one block (try --switches=1 or --segment)";
+    let node_logs = || -> String {
+        ["pa1", "pa2", "pb1", "pb2"]
+            .iter()
+            .map(|n| cluster.log(&format!("slurmd-{n}.log")))
+            .collect()
+    };
+
+    let t = touch("across");
+    let out = srun(&[
+        "srun",
+        "-N2",
+        "-n2",
+        "-w",
+        "pa1,pa2",
+        "--gres=gpu:1",
+        "sh",
+        "-c",
+        &t,
+    ]);
+    assert!(!out.success() && !out.timed_out(), "{out}");
+    assert!(out.stderr.contains(refusal), "{out}");
+    assert!(ran("across").is_empty(), "a task ran: {out}");
+    assert!(
+        !node_logs().contains("step spans"),
+        "a node saw the step: {out}"
+    );
+
+    // The same request made with -G: srun sees it too.
+    let out = srun(&["srun", "-N2", "-n2", "-w", "pa1,pa2", "-G2", "true"]);
+    assert!(!out.success() && out.stderr.contains(refusal), "{out}");
+    assert!(!node_logs().contains("step spans"), "{out}");
+
+    let t = touch("in");
+    let out = srun(&[
+        "srun",
+        "-N2",
+        "-n2",
+        "-w",
+        "pa1,pb1",
+        "--gres=gpu:1",
+        "sh",
+        "-c",
+        &t,
+    ]);
+    assert!(out.success(), "{out}");
+    assert_eq!(ran("in"), ["in-pa1", "in-pb1"], "{out}");
+
+    let t = touch("prefer");
+    let out = srun(&[
+        "srun",
+        "--gpu-affinity=prefer",
+        "-N2",
+        "-n2",
+        "-w",
+        "pa1,pa2",
+        "--gres=gpu:1",
+        "sh",
+        "-c",
+        &t,
+    ]);
+    assert!(out.success(), "{out}");
+    assert_eq!(ran("prefer"), ["prefer-pa1", "prefer-pa2"], "{out}");
+    let warned = out
+        .stderr
+        .matches("gpu-affinity: warning: step spans 2 placement blocks")
+        .count();
+    assert_eq!(warned, 1, "{out}");
+
+    // Inside a four-node allocation srun's environment lists the job's nodes, not the
+    // step's two: srun leaves it to the nodes, which refuse before any task runs.
+    let t = touch("alloc");
+    let out = srun(&[
+        "salloc",
+        "-N4",
+        "--gres=gpu:1",
+        "srun",
+        "-N2",
+        "-n2",
+        "-w",
+        "pa1,pa2",
+        "sh",
+        "-c",
+        &t,
+    ]);
+    assert!(!out.success() && out.stderr.contains(refusal), "{out}");
+    assert!(ran("alloc").is_empty(), "a task ran: {out}");
+    assert!(
+        node_logs().contains(refusal),
+        "the nodes did not refuse: {out}"
+    );
+}

@@ -4,6 +4,7 @@
 //! - [`hostlist`]: `node[01-04],gpu7` name lists (gres.conf `NodeName=`, `File=`)
 //! - [`gres_conf`]: gres.conf, parsed with line numbers
 //! - [`slurm_conf`]: slurm.conf's topology plugin, partitions (`Topology=`) and includes
+//! - [`srun_args`]: whether an srun asks for GPUs (its arguments and input variables)
 //! - [`topology`]: topology.conf (tree, block) and topology.yaml, parse and write
 //! - [`placement`]: cloud placement exports and NVLink facts -> trees and blocks
 //! - [`conf_write`]: gres.conf GPU lines and plugstack.conf, written
@@ -19,5 +20,6 @@ pub mod hostlist;
 pub mod placement;
 pub mod read;
 pub mod slurm_conf;
+pub mod srun_args;
 pub mod step_span;
 pub mod topology;
