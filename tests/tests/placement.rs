@@ -482,3 +482,71 @@ fn srun_refuses_a_strict_step_across_blocks_before_launch() {
         "the nodes did not refuse: {out}"
     );
 }
+
+/// Per-partition topologies (Slurm 25.05+): topology.yaml holds "wide" (the cluster
+/// default, flat) and "split" (a tree: leaf switches s1 = pa1,pb1 and s2 = pa2,pb2), and
+/// partition `split` selects the second with `Topology=split`. A strict GPU step across
+/// leaf switches in `split` is refused, by srun itself and, inside an allocation, by
+/// the nodes; the same step in the default partition runs. (A block topology would not
+/// do here: slurmctld itself refuses a two-node job across two-node blocks, measured:
+/// "Requested node configuration is not available".)
+#[test]
+fn the_partition_topology_decides_on_26_05() {
+    let yaml = r#"- topology: wide
+  cluster_default: true
+  flat: true
+- topology: split
+  tree:
+    switches:
+    - switch: top
+      children: s[1-2]
+    - switch: s1
+      nodes: pa1,pb1
+    - switch: s2
+      nodes: pa2,pb2
+"#;
+    let m = gpu_affinity::sources::fixture::realized(
+        &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
+    );
+    let Some(cluster) = start(
+        "the_partition_topology_decides_on_26_05",
+        ClusterBuilder::new()
+            .slurm_series("26.05")
+            .machine(m)
+            .plugin_arg("default", "strict")
+            .conf_file("topology.yaml", yaml)
+            .slurm_conf_line("PartitionName=split Nodes=pa[1-2],pb[1-2] Topology=split"),
+    ) else {
+        return;
+    };
+    let refusal = "gpu-affinity: step spans 2 leaf switches: s1=[pa1] s2=[pa2]; strict placement needs one leaf switch (try --switches=1)";
+    let run = |argv: &[&str]| {
+        cluster
+            .client(argv, &ClientOptions::bounded(60))
+            .expect("run client")
+    };
+    let step = ["-N2", "-n2", "-w", "pa1,pa2", "--gres=gpu:1", "true"];
+    let mut split = vec!["srun", "-p", "split"];
+    split.extend(step);
+    let out = run(&split);
+    assert!(!out.success() && out.stderr.contains(refusal), "{out}");
+    assert!(
+        out.stderr.contains("local_user_init() failed"),
+        "srun refused it: {out}"
+    );
+
+    let mut default = vec!["srun"];
+    default.extend(step);
+    let out = run(&default);
+    assert!(out.success(), "{out}");
+
+    // Inside a four-node allocation of `split`: the nodes decide, by the same topology.
+    let mut alloc = vec!["salloc", "-p", "split", "-N4", "--gres=gpu:1", "srun"];
+    alloc.extend(step);
+    let out = run(&alloc);
+    assert!(!out.success() && out.stderr.contains(refusal), "{out}");
+    assert!(
+        !out.stderr.contains("local_user_init() failed"),
+        "the nodes refused it: {out}"
+    );
+}
