@@ -550,3 +550,58 @@ fn the_partition_topology_decides_on_26_05() {
         "the nodes refused it: {out}"
     );
 }
+
+/// `gpu-affinity audit` against a running cluster's own config: the slurm.conf the
+/// harness wrote (TopologyPlugin=topology/tree) and the generated topology.conf next to
+/// it, which slurmctld loaded; the audit places node pb1 in the leaf switch slurmctld
+/// shows for it.
+#[test]
+fn audit_reads_a_running_clusters_config() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let topo = topology("tree", work.path());
+    let Some(cluster) = start(
+        "audit_reads_a_running_clusters_config",
+        ClusterBuilder::new()
+            .gpus(0)
+            .conf_line("TopologyPlugin=topology/tree")
+            .conf_file("topology.conf", &topo),
+    ) else {
+        return;
+    };
+    assert_unit(
+        &show_topology(&cluster),
+        "SwitchName",
+        "s3_1",
+        &["pa1", "pb1"],
+    );
+    let config = work.path().join("config.toml");
+    std::fs::write(&config, "").expect("config");
+    let cli = plugin::admin_cli().expect("build gpu-affinity");
+    let out = Command::new(&cli)
+        .args([
+            "audit",
+            "--workload",
+            "pretrain",
+            "--machine",
+            "p5.48xlarge",
+            "--node",
+            "pb1",
+        ])
+        .arg("--slurm-conf")
+        .arg(cluster.conf())
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .expect("run gpu-affinity audit");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("\nPASS  placement.topology "), "{text}");
+    assert!(text.contains("\nPASS  placement.node "), "{text}");
+    // The harness's partition holds every node; pb1 sits where slurmctld shows it.
+    assert!(
+        text.contains("\n      partition test: topology default leaf switch s3_1\n"),
+        "{text}"
+    );
+    // The harness's cluster is no cloud product's: self-built, a warning for pretrain.
+    assert!(text.contains("\nWARN  cluster.managed "), "{text}");
+    assert_eq!(out.status.code(), Some(0), "{text}");
+}
