@@ -1,7 +1,8 @@
 //! The placement backstop: a multi-node GPU step across placement units of the
-//! cluster's topology (next to slurmd's slurm.conf, or plugstack `topology=`).
+//! cluster's topology (next to slurmd's slurm.conf, or plugstack `topology=`), and
+//! its submit side in srun (local_user_init).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -204,4 +205,67 @@ fn the_step_partition_picks_its_topology_from_slurm_conf() {
             run(p)
         );
     }
+}
+
+/// srun's plugin after init (local context).
+fn srun_plugin(args: &[&str]) -> Plugin {
+    let plugin = Plugin::new();
+    let host = FakeHost::new(Context::Local);
+    let argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    crate::init::init_with_config(&plugin, &host, &argv, Path::new("/nonexistent.toml"), uid())
+        .expect("init");
+    plugin
+}
+
+/// srun once its allocation is known: S_JOB_NNODES and its own environment, as
+/// measured (own allocation: SLURM_NODELIST only).
+fn srun_host(nodes: u32, env: &[(&str, &str)]) -> FakeHost {
+    let mut host = FakeHost::new(Context::Local);
+    host.nodes = nodes;
+    for (k, v) in env {
+        host.process_env.insert(k.to_string(), v.to_string());
+    }
+    host
+}
+
+fn srun_os(args: &str) -> FakeOs {
+    let mut os = os_with(&[("/etc/slurm/topology.conf", BLOCKS)]);
+    os.args = args.split_whitespace().map(str::to_string).collect();
+    os
+}
+
+#[test]
+fn srun_refuses_a_strict_gpu_step_across_blocks_before_launch() {
+    let gpus = srun_os("srun -N4 --gres=gpu:1 true");
+    let host = srun_host(4, &[("SLURM_NODELIST", "h[1-4]")]);
+    let plugin = srun_plugin(&["default=strict"]);
+    let err = dispatch(&plugin, Hook::LocalUserInit, &host, &gpus, &[]).expect_err("refused");
+    assert_eq!(err.0, REFUSAL);
+    // prefer: srun stays quiet (the nodes warn once) and the step goes ahead.
+    let plugin = srun_plugin(&["default=prefer"]);
+    dispatch(&plugin, Hook::LocalUserInit, &host, &gpus, &[]).expect("prefer runs");
+    let plugin = srun_plugin(&["default=off"]);
+    dispatch(&plugin, Hook::LocalUserInit, &host, &gpus, &[]).expect("off");
+
+    let plugin = srun_plugin(&["default=strict"]);
+    // No GPU request srun can see: left to the nodes, which leave CPU steps alone.
+    let cpu = srun_os("srun -N4 true");
+    dispatch(&plugin, Hook::LocalUserInit, &host, &cpu, &[]).expect("cpu step");
+    // ... unless srun's input variables carry one.
+    let env_gpus = srun_host(
+        4,
+        &[("SLURM_NODELIST", "h[1-4]"), ("SLURM_GPUS_PER_NODE", "1")],
+    );
+    assert!(dispatch(&plugin, Hook::LocalUserInit, &env_gpus, &cpu, &[]).is_err());
+    // Inside a larger allocation the env lists the job's nodes, not the step's two.
+    let in_alloc = srun_host(2, &[("SLURM_JOB_NODELIST", "h[1-4]")]);
+    dispatch(&plugin, Hook::LocalUserInit, &in_alloc, &gpus, &[]).expect("nodes decide");
+    // One block: runs.
+    let inside = srun_host(2, &[("SLURM_NODELIST", "h[3-4]")]);
+    dispatch(&plugin, Hook::LocalUserInit, &inside, &gpus, &[]).expect("one block");
+    // Other contexts never run it.
+    let remote = remote_plugin(&["default=strict"]);
+    let mut remote_host = srun_host(4, &[("SLURM_NODELIST", "h[1-4]")]);
+    remote_host.context = Context::Remote;
+    dispatch(&remote, Hook::LocalUserInit, &remote_host, &gpus, &[]).expect("remote");
 }
