@@ -90,30 +90,13 @@ fn finding<'v>(json: &'v Value, id: &str) -> &'v Value {
         .unwrap_or_else(|| panic!("no {id} in {json}"))
 }
 
+/// The golden compare the core tests use (GOLDEN_UPDATE=1 rewrites).
+#[path = "../../core/tests/common/golden.rs"]
+#[allow(dead_code)]
+mod golden;
+
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden-audit")
-}
-
-/// Compare (or with GOLDEN_UPDATE=1 rewrite) `golden-audit/name.json`.
-fn check_golden(name: &str, value: &Value) -> Option<String> {
-    let path = golden_dir().join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(value).expect("json") + "\n";
-    if std::env::var_os("GOLDEN_UPDATE").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(golden_dir()).expect("golden dir");
-        std::fs::write(&path, text).expect("write golden");
-        return None;
-    }
-    match std::fs::read_to_string(&path) {
-        Ok(want) if want == text => None,
-        Ok(_) => Some(format!(
-            "{} differs (GOLDEN_UPDATE=1 to regenerate, then review the diff)",
-            path.display()
-        )),
-        Err(e) => Some(format!(
-            "{}: {e} (GOLDEN_UPDATE=1 to create it)",
-            path.display()
-        )),
-    }
 }
 
 #[test]
@@ -153,7 +136,7 @@ fn every_catalog_machine_audits_as_its_golden() {
             "{}: {json}",
             entry.name
         );
-        mismatches.extend(check_golden(&entry.name, &json));
+        mismatches.extend(golden::check_golden(&golden_dir(), &entry.name, &json));
     }
     assert!(mismatches.is_empty(), "{mismatches:#?}");
 }

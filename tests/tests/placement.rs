@@ -90,6 +90,54 @@ fn assert_unit(shown: &str, key: &str, unit: &str, nodes: &[&str]) {
     assert_eq!(got, want, "{line}");
 }
 
+/// Four GPU nodes under the plugin with `default=strict`, the generated block
+/// topology.conf (b1 = pa1,pb1; b2 = pa2,pb2) next to slurm.conf and no TopologyPlugin:
+/// slurmctld places freely, so only the plugin stands between a strict step and two
+/// blocks.
+fn strict_block_cluster(test: &str, work: &Path) -> Option<Cluster> {
+    let topo = topology("block", work);
+    assert!(topo.contains("BlockName=b1 Nodes=pa1,pb1\n"), "{topo}");
+    let m = gpu_affinity::sources::fixture::realized(
+        &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
+    );
+    start(
+        test,
+        ClusterBuilder::new()
+            .machine(m)
+            .plugin_arg("default", "strict")
+            .conf_file("topology.conf", &topo),
+    )
+}
+
+/// Marker files every task of a step touches, so "refused before any task runs" is
+/// checked by the markers that are not there.
+struct Marks(std::path::PathBuf);
+
+impl Marks {
+    fn new(dir: &Path) -> Marks {
+        let marks = dir.join("marks");
+        std::fs::create_dir(&marks).expect("marks dir");
+        Marks(marks)
+    }
+
+    /// The task's command: touch `TAG-NODE`.
+    fn touch(&self, tag: &str) -> String {
+        format!("touch {}/{tag}-$SLURMD_NODENAME", self.0.display())
+    }
+
+    /// The nodes whose tasks ran for `tag`, as `TAG-NODE`, sorted.
+    fn ran(&self, tag: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .expect("marks")
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{tag}-")))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
 fn start(test: &str, builder: ClusterBuilder) -> Option<Cluster> {
     builder
         .nodes(&NODES)
@@ -274,24 +322,16 @@ fn topology_yaml_loads_on_26_05() {
 #[test]
 fn strict_refuses_a_step_across_blocks_and_prefer_warns() {
     let work = tempfile::tempdir().expect("tempdir");
-    let topo = topology("block", work.path());
-    assert!(topo.contains("BlockName=b1 Nodes=pa1,pb1\n"), "{topo}");
-    let m = gpu_affinity::sources::fixture::realized(
-        &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
-    );
-    let Some(cluster) = start(
+    let Some(cluster) = strict_block_cluster(
         "strict_refuses_a_step_across_blocks_and_prefer_warns",
-        ClusterBuilder::new()
-            .machine(m)
-            .plugin_arg("default", "strict")
-            .conf_file("topology.conf", &topo),
+        work.path(),
     ) else {
         return;
     };
-    let marks = work.path().join("marks");
-    std::fs::create_dir(&marks).expect("marks dir");
+    let marks = Marks::new(work.path());
+    let ran = |tag: &str| marks.ran(tag);
     let step = |mode: &str, nodes: &str, tag: &str| {
-        let touch = format!("touch {}/{tag}-$SLURMD_NODENAME", marks.display());
+        let touch = marks.touch(tag);
         let mode = format!("--gpu-affinity={mode}");
         cluster
             .client(
@@ -310,16 +350,6 @@ fn strict_refuses_a_step_across_blocks_and_prefer_warns() {
                 &ClientOptions::bounded(30),
             )
             .expect("run srun")
-    };
-    let ran = |tag: &str| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&marks)
-            .expect("marks")
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&format!("{tag}-")))
-            .collect();
-        v.sort();
-        v
     };
 
     // Inside one block (b1 = pa1, pb1): runs under strict.
@@ -359,36 +389,19 @@ fn strict_refuses_a_step_across_blocks_and_prefer_warns() {
 #[test]
 fn srun_refuses_a_strict_step_across_blocks_before_launch() {
     let work = tempfile::tempdir().expect("tempdir");
-    let topo = topology("block", work.path());
-    let m = gpu_affinity::sources::fixture::realized(
-        &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
-    );
-    let Some(cluster) = start(
+    let Some(cluster) = strict_block_cluster(
         "srun_refuses_a_strict_step_across_blocks_before_launch",
-        ClusterBuilder::new()
-            .machine(m)
-            .plugin_arg("default", "strict")
-            .conf_file("topology.conf", &topo),
+        work.path(),
     ) else {
         return;
     };
-    let marks = work.path().join("marks");
-    std::fs::create_dir(&marks).expect("marks dir");
-    let touch = |tag: &str| format!("touch {}/{tag}-$SLURMD_NODENAME", marks.display());
+    let marks = Marks::new(work.path());
+    let ran = |tag: &str| marks.ran(tag);
+    let touch = |tag: &str| marks.touch(tag);
     let srun = |argv: &[&str]| {
         cluster
             .client(argv, &ClientOptions::bounded(30))
             .expect("run srun")
-    };
-    let ran = |tag: &str| -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(&marks)
-            .expect("marks")
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&format!("{tag}-")))
-            .collect();
-        v.sort();
-        v
     };
     let refusal = "gpu-affinity: step spans 2 placement blocks: b1=[pa1] b2=[pa2]; strict placement needs one block (try --switches=1 or --segment)";
     let node_logs = || -> String {

@@ -78,21 +78,24 @@ pub(super) fn run(inputs: &Inputs<'_>) -> Vec<Checked> {
     ]
 }
 
-fn checked(
+/// Which check a result belongs to; [`Check::says`] makes the result.
+#[derive(Clone, Copy)]
+struct Check {
     id: &'static str,
     tier: Tier,
     area: Area,
-    outcome: Outcome,
-    summary: impl Into<String>,
-    evidence: Vec<String>,
-) -> Checked {
-    Checked {
-        id,
-        tier,
-        area,
-        outcome,
-        summary: summary.into(),
-        evidence,
+}
+
+impl Check {
+    fn says(self, outcome: Outcome, summary: impl Into<String>, evidence: Vec<String>) -> Checked {
+        Checked {
+            id: self.id,
+            tier: self.tier,
+            area: self.area,
+            outcome,
+            summary: summary.into(),
+            evidence,
+        }
     }
 }
 
@@ -132,6 +135,12 @@ fn nics_by_numa(machine: &Machine, nics: &[&Nic]) -> Vec<String> {
         .collect()
 }
 
+const FABRIC_NICS: Check = Check {
+    id: "fabric.nics",
+    tier: Tier::Fabric,
+    area: Area::Fabric,
+};
+
 /// Fabric NICs present: the facade's set, the one ranks get.
 fn fabric_nics(node: &Node<'_>) -> Checked {
     let m = node.machine;
@@ -149,10 +158,7 @@ fn fabric_nics(node: &Node<'_>) -> Checked {
                 .into_iter()
                 .map(|l| format!("not fabric: {l}")),
         );
-        return checked(
-            "fabric.nics",
-            Tier::Fabric,
-            Area::Fabric,
+        return FABRIC_NICS.says(
             Outcome::Problem,
             "no fabric NIC: inter-node traffic would cross the host network",
             evidence,
@@ -161,10 +167,7 @@ fn fabric_nics(node: &Node<'_>) -> Checked {
     let kinds: BTreeSet<&str> = node.nics.iter().map(|n| n.kind.as_str()).collect();
     let mut evidence = vec![profile];
     evidence.extend(nics_by_numa(m, &node.nics));
-    checked(
-        "fabric.nics",
-        Tier::Fabric,
-        Area::Fabric,
+    FABRIC_NICS.says(
         Outcome::Pass,
         format!(
             "{} fabric NICs ({})",
@@ -179,12 +182,13 @@ fn fabric_nics(node: &Node<'_>) -> Checked {
 /// NUMA node with GPUs has a NIC (the NIC-side view; the plan gives the GPU side).
 fn fabric_numa(node: &Node<'_>) -> Checked {
     let m = node.machine;
-    let id = "fabric.numa";
+    let check = Check {
+        id: "fabric.numa",
+        tier: Tier::Fabric,
+        area: Area::Fabric,
+    };
     if node.nics.is_empty() || m.gpus.is_empty() {
-        return checked(
-            id,
-            Tier::Fabric,
-            Area::Fabric,
+        return check.says(
             Outcome::NotChecked,
             "no fabric NIC or no GPU to align",
             Vec::new(),
@@ -229,10 +233,7 @@ fn fabric_numa(node: &Node<'_>) -> Checked {
             .join(",")
     };
     if problems.is_empty() {
-        return checked(
-            id,
-            Tier::Fabric,
-            Area::Fabric,
+        return check.says(
             Outcome::Pass,
             format!(
                 "fabric NICs on NUMA nodes {}, GPUs on {}",
@@ -242,10 +243,7 @@ fn fabric_numa(node: &Node<'_>) -> Checked {
             Vec::new(),
         );
     }
-    checked(
-        id,
-        Tier::Fabric,
-        Area::Fabric,
+    check.says(
         Outcome::Problem,
         format!("{} fabric NUMA problem(s)", problems.len()),
         problems,
@@ -259,8 +257,9 @@ fn plan_check(node: &Node<'_>, area: Area) -> Checked {
         Area::Fabric => ("plan.gpu_nic", Tier::Fabric, "GPU-NIC"),
         _ => ("plan.gpu_numa", Tier::Gpu, "GPU-CPU-memory"),
     };
+    let check = Check { id, tier, area };
     let Some(plan) = &node.plan else {
-        return checked(id, tier, area, Outcome::NotChecked, "no GPU", Vec::new());
+        return check.says(Outcome::NotChecked, "no GPU", Vec::new());
     };
     let ours = |kind: ViolationKind| (kind == ViolationKind::NoLocalNic) == (area == Area::Fabric);
     let problems: Vec<String> = plan
@@ -270,24 +269,14 @@ fn plan_check(node: &Node<'_>, area: Area) -> Checked {
         .map(|v| v.message.clone())
         .collect();
     if !problems.is_empty() {
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::Problem,
             format!("the plan finds {} {what} problem(s)", problems.len()),
             problems,
         );
     }
     if area == Area::Fabric && node.nics.is_empty() {
-        return checked(
-            id,
-            tier,
-            area,
-            Outcome::NotChecked,
-            "no fabric NIC",
-            Vec::new(),
-        );
+        return check.says(Outcome::NotChecked, "no fabric NIC", Vec::new());
     }
     let join = |v: Vec<String>| {
         if v.is_empty() {
@@ -321,10 +310,7 @@ fn plan_check(node: &Node<'_>, area: Area) -> Checked {
             }
         })
         .collect();
-    checked(
-        id,
-        tier,
-        area,
+    check.says(
         Outcome::Pass,
         format!("{what} alignment verified for {} ranks", plan.ranks.len()),
         evidence,
@@ -334,42 +320,29 @@ fn plan_check(node: &Node<'_>, area: Area) -> Checked {
 /// NCCL topology awareness: where the profile says the PCI tree is virtual it names a
 /// vendor topology file; the facade's decision says whether that file fits.
 fn nccl_topology(node: &Node<'_>, fabric: Option<&FabricDecision>) -> Checked {
-    let id = "nccl.topology";
-    let (tier, area) = (Tier::Fabric, Area::Fabric);
+    let check = Check {
+        id: "nccl.topology",
+        tier: Tier::Fabric,
+        area: Area::Fabric,
+    };
     let Some(fabric) = fabric else {
-        return checked(id, tier, area, Outcome::NotChecked, "no GPU", Vec::new());
+        return check.says(Outcome::NotChecked, "no GPU", Vec::new());
     };
     let profile = &node.detection.profile;
     match &fabric.topology {
-        None => checked(
-            id,
-            tier,
-            area,
-            Outcome::Pass,
+        None => check.says(Outcome::Pass,
             format!("profile {profile} names no topology file: NCCL reads the node's PCI tree"),
             Vec::new(),
         ),
-        Some(TopoDecision::Use { path }) => checked(
-            id,
-            tier,
-            area,
-            Outcome::Pass,
+        Some(TopoDecision::Use { path }) => check.says(Outcome::Pass,
             format!("vendor topology file {path} describes this node"),
             Vec::new(),
         ),
-        Some(TopoDecision::Generate { reason }) => checked(
-            id,
-            tier,
-            area,
-            Outcome::Advice,
+        Some(TopoDecision::Generate { reason }) => check.says(Outcome::Advice,
             "the PCI tree is virtual and no vendor topology file fits: the plugin generates one per step (steps run with --gpu-affinity=off get none)",
             vec![reason.clone()],
         ),
-        Some(TopoDecision::Refuse { reason }) => checked(
-            id,
-            tier,
-            area,
-            Outcome::Problem,
+        Some(TopoDecision::Refuse { reason }) => check.says(Outcome::Problem,
             "the vendor topology file misplaces devices: NCCL jobs that use it run slowly (the plugin generates its own per step)",
             vec![reason.clone()],
         ),
@@ -379,15 +352,14 @@ fn nccl_topology(node: &Node<'_>, fabric: Option<&FabricDecision>) -> Checked {
 /// Storage mounts configured (the health config's `[[storage.mount]]`) and present, of
 /// their type.
 fn storage(inputs: &Inputs<'_>) -> Checked {
-    let id = "storage.mounts";
-    let (tier, area) = (Tier::Storage, Area::Storage);
+    let check = Check {
+        id: "storage.mounts",
+        tier: Tier::Storage,
+        area: Area::Storage,
+    };
     let configured = inputs.storage.configured;
     if configured.is_empty() {
-        return checked(
-            id,
-            tier,
-            area,
-            Outcome::Advice,
+        return check.says(Outcome::Advice,
             "no [[storage.mount]] in the health config: checkpoint and dataset mounts are not checked before jobs",
             Vec::new(),
         );
@@ -397,10 +369,7 @@ fn storage(inputs: &Inputs<'_>) -> Checked {
         .map(|m| format!("{} {}", m.path, m.fstype.as_deref().unwrap_or("(any type)")))
         .collect();
     let Some(mounts) = inputs.storage.mounts else {
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::NotChecked,
             "no mount table for this machine (catalog or topology file)",
             wanted,
@@ -418,19 +387,13 @@ fn storage(inputs: &Inputs<'_>) -> Checked {
         }
     }
     if problems.is_empty() {
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::Pass,
             format!("{} configured mount(s) present", present.len()),
             present,
         );
     }
-    checked(
-        id,
-        tier,
-        area,
+    check.says(
         Outcome::Problem,
         format!(
             "{} of {} configured mount(s) missing or of another type",
@@ -468,16 +431,16 @@ fn kind_word(t: &Topology) -> &'static str {
 /// Placement requested: slurm.conf's TopologyPlugin, or topology.yaml (25.05+), with a
 /// topology file that parses and places something.
 fn placement_requested(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
-    let id = "placement.topology";
-    let (tier, area) = (Tier::Cluster, Area::Placement);
+    let check = Check {
+        id: "placement.topology",
+        tier: Tier::Cluster,
+        area: Area::Placement,
+    };
     let path = inputs.slurm.conf_path.display().to_string();
     let conf = match &inputs.slurm.conf {
-        Err(e) => return checked(id, tier, area, Outcome::Problem, e.clone(), Vec::new()),
+        Err(e) => return check.says(Outcome::Problem, e.clone(), Vec::new()),
         Ok(None) => {
-            return checked(
-                id,
-                tier,
-                area,
+            return check.says(
                 Outcome::NotChecked,
                 format!("no slurm.conf at {path} (name one with --slurm-conf)"),
                 Vec::new(),
@@ -492,7 +455,7 @@ fn placement_requested(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
     )];
     let advice = topology_advice(inputs, node);
     let (file, topologies) = match &inputs.slurm.topology {
-        Err(e) => return checked(id, tier, area, Outcome::Problem, e.clone(), evidence),
+        Err(e) => return check.says(Outcome::Problem, e.clone(), evidence),
         Ok(None) => {
             evidence.push(advice);
             let summary = match plugin {
@@ -503,7 +466,7 @@ fn placement_requested(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
                 }
                 _ => "no placement topology: multi-node jobs may land on nodes far apart".into(),
             };
-            return checked(id, tier, area, Outcome::Problem, summary, evidence);
+            return check.says(Outcome::Problem, summary, evidence);
         }
         Ok(Some(t)) => t,
     };
@@ -524,11 +487,7 @@ fn placement_requested(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
     let plugin_places = plugin.is_some_and(|p| p == "topology/tree" || p == "topology/block");
     if !yaml && !plugin_places {
         evidence.push(advice);
-        return checked(
-            id,
-            tier,
-            area,
-            Outcome::Problem,
+        return check.says(Outcome::Problem,
             format!(
                 "{} exists but slurm.conf sets no TopologyPlugin=topology/tree or topology/block: slurmctld ignores it",
                 file.display()
@@ -538,19 +497,13 @@ fn placement_requested(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
     }
     if topologies.iter().all(|t| matches!(t.kind, Kind::Flat)) {
         evidence.push(advice);
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::Problem,
             "every topology is flat: nothing keeps a job in one block or switch",
             evidence,
         );
     }
-    checked(
-        id,
-        tier,
-        area,
+    check.says(
         Outcome::Pass,
         format!("placement by {}", file.display()),
         evidence,
@@ -560,23 +513,20 @@ fn placement_requested(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
 /// This node in a block (or leaf switch) of the topology each of its partitions is
 /// placed by (the partition's `Topology=`, else the cluster default).
 fn placement_node(inputs: &Inputs<'_>, conf: Option<&SlurmConf>) -> Checked {
-    let id = "placement.node";
-    let (tier, area) = (Tier::Cluster, Area::Placement);
+    let check = Check {
+        id: "placement.node",
+        tier: Tier::Cluster,
+        area: Area::Placement,
+    };
     let (Some(conf), Ok(Some((file, topologies)))) = (conf, &inputs.slurm.topology) else {
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::NotChecked,
             "no slurm.conf or topology file to place this node by",
             Vec::new(),
         );
     };
     let Some(name) = inputs.slurm.node.as_deref() else {
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::NotChecked,
             "this node's Slurm name is unknown (name it with --node)",
             Vec::new(),
@@ -616,20 +566,14 @@ fn placement_node(inputs: &Inputs<'_>, conf: Option<&SlurmConf>) -> Checked {
         }
     }
     if problems.is_empty() {
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::Pass,
             format!("node {name} is placed in every topology it is scheduled by"),
             placed,
         );
     }
     problems.extend(placed);
-    checked(
-        id,
-        tier,
-        area,
+    check.says(
         Outcome::Problem,
         format!("node {name} is not placed: strict multi-node steps here are refused"),
         problems,
@@ -638,13 +582,13 @@ fn placement_node(inputs: &Inputs<'_>, conf: Option<&SlurmConf>) -> Checked {
 
 /// Managed or self-built, by the detected vendor's product marks.
 fn managed(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
-    let id = "cluster.managed";
-    let (tier, area) = (Tier::Cluster, Area::Managed);
+    let check = Check {
+        id: "cluster.managed",
+        tier: Tier::Cluster,
+        area: Area::Managed,
+    };
     let Some(conf) = inputs.slurm.conf.as_ref().ok().and_then(Option::as_ref) else {
-        return checked(
-            id,
-            tier,
-            area,
+        return check.says(
             Outcome::NotChecked,
             "no slurm.conf to tell a managed product by",
             Vec::new(),
@@ -652,10 +596,7 @@ fn managed(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
     };
     let vendor = node.detection.vendor;
     match product::recognise(vendor, conf, inputs.slurm.conf_real_path.as_deref()) {
-        Some((p, why)) => checked(
-            id,
-            tier,
-            area,
+        Some((p, why)) => check.says(
             Outcome::Pass,
             format!("managed: {}", p.name),
             vec![why, format!("{} owns {}", p.name, p.owns)],
@@ -674,11 +615,7 @@ fn managed(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
                     )
                 })
                 .collect();
-            checked(
-                id,
-                tier,
-                area,
-                Outcome::Problem,
+            check.says(Outcome::Problem,
                 format!(
                     "self-built (or a product without a known mark) on vendor {}: topology, gres.conf and health wiring are the admin's to keep",
                     vendor.as_str()
