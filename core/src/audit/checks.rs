@@ -15,10 +15,6 @@ use crate::slurm::step_span;
 use crate::slurm::topology::{Kind, Topology};
 use crate::solver::{self, Mode, Plan, StepRequest, ViolationKind};
 
-/// Where the plugin would write a generated NCCL topology file (only its presence counts
-/// here).
-const GENERATED_TOPOLOGY: &str = "<run_dir>/<step>/nccl-topo.xml";
-
 /// What every check shares: the detection, the fabric NICs and the plan, made once.
 struct Node<'a> {
     machine: &'a Machine,
@@ -53,6 +49,16 @@ pub(super) fn run(inputs: &Inputs<'_>) -> Vec<Checked> {
         nics,
         plan,
     };
+    // Where the plugin would write a generated NCCL topology file; only whether the
+    // decision points there counts here.
+    let generated = crate::step_files::topology_path(
+        std::path::Path::new(crate::config::DEFAULT_RUN_DIR),
+        "<JOBID>",
+        "<STEPID>",
+        "<PID>",
+    )
+    .display()
+    .to_string();
     let fabric = node.plan.as_ref().map(|plan| {
         let none = |_: &str| None;
         let step = StepInputs {
@@ -60,11 +66,11 @@ pub(super) fn run(inputs: &Inputs<'_>) -> Vec<Checked> {
             existing: &none,
             forced: inputs.forced,
             vendor_topology: inputs.vendor_topology,
-            generated_topology_path: GENERATED_TOPOLOGY,
+            generated_topology_path: &generated,
         };
         fabric::step_fabric_for(machine, plan, &step, node.detection.clone())
     });
-    let conf = inputs.slurm.conf.as_ref().ok().and_then(Option::as_ref);
+    let conf = inputs.slurm.parsed();
     vec![
         fabric_nics(&node),
         fabric_numa(&node),
@@ -406,7 +412,7 @@ fn storage(inputs: &Inputs<'_>) -> Checked {
 
 /// Where this cluster's topology would come from, for advice.
 fn topology_advice(inputs: &Inputs<'_>, node: &Node<'_>) -> String {
-    let conf = inputs.slurm.conf.as_ref().ok().and_then(Option::as_ref);
+    let conf = inputs.slurm.parsed();
     let found = conf.and_then(|c| {
         product::recognise(
             node.detection.vendor,
@@ -487,13 +493,12 @@ fn placement_requested(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
     let plugin_places = plugin.is_some_and(|p| p == "topology/tree" || p == "topology/block");
     if !yaml && !plugin_places {
         evidence.push(advice);
-        return check.says(Outcome::Problem,
-            format!(
-                "{} exists but slurm.conf sets no TopologyPlugin=topology/tree or topology/block: slurmctld ignores it",
-                file.display()
-            ),
-            evidence,
+        let summary = format!(
+            "{} exists but slurm.conf sets no TopologyPlugin=topology/tree or \
+             topology/block: slurmctld ignores it",
+            file.display()
         );
+        return check.says(Outcome::Problem, summary, evidence);
     }
     if topologies.iter().all(|t| matches!(t.kind, Kind::Flat)) {
         evidence.push(advice);
@@ -587,7 +592,7 @@ fn managed(inputs: &Inputs<'_>, node: &Node<'_>) -> Checked {
         tier: Tier::Cluster,
         area: Area::Managed,
     };
-    let Some(conf) = inputs.slurm.conf.as_ref().ok().and_then(Option::as_ref) else {
+    let Some(conf) = inputs.slurm.parsed() else {
         return check.says(
             Outcome::NotChecked,
             "no slurm.conf to tell a managed product by",

@@ -195,6 +195,13 @@ pub struct Slurm {
     pub node: Option<String>,
 }
 
+impl Slurm {
+    /// slurm.conf's facts when it was there and could be read.
+    pub fn parsed(&self) -> Option<&SlurmConf> {
+        self.conf.as_ref().ok().and_then(Option::as_ref)
+    }
+}
+
 /// Everything one audit looks at.
 pub struct Inputs<'a> {
     pub workload: Workload,
