@@ -205,6 +205,63 @@ fn an_aligned_fixture_passes_and_a_misaligned_one_fails() {
     assert_eq!(out.status.code(), Some(0), "{json}");
 }
 
+/// The shared topology files (never copied into the project; a test copies one into its
+/// own temp tree).
+fn shared_topology(rel: &str) -> PathBuf {
+    std::env::var_os("GPU_AFFINITY_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+        .join("topologies")
+        .join(rel)
+}
+
+#[test]
+fn an_azure_vendor_topology_file_is_used_and_a_swapped_one_fails() {
+    let cluster = Cluster::new(BLOCK_CONF, Some(BLOCKS), "");
+    let machine = catalog::machine("Standard_ND96isr_H100_v5").expect("catalog");
+    let tree = tempfile::tempdir().expect("tempdir");
+    write_fixture(&machine, tree.path()).expect("fixture");
+    let vendor = tree.path().join("opt/microsoft/ndv5-topo.xml");
+    std::fs::create_dir_all(vendor.parent().expect("dir")).expect("mkdir");
+    let real = std::fs::read_to_string(shared_topology("azhpc-images/ndv5-topo.xml"))
+        .expect("../shared/topologies/azhpc-images/ndv5-topo.xml");
+    std::fs::write(&vendor, &real).expect("vendor file");
+    let root = tree.path().to_string_lossy().into_owned();
+    let args = ["--sysfs-root", root.as_str(), "--node", "gpu1"];
+    let audit = |workload: &str| {
+        let mut a = args.to_vec();
+        a.extend(["--workload", workload]);
+        cluster.audit_json(&a).1
+    };
+    let nccl = finding(&audit("pretrain"), "nccl.topology").clone();
+    assert_eq!(nccl["status"], "pass", "{nccl}");
+
+    // The old images' file: the two NUMA masks swapped (azhpc-images before PR #391).
+    let (m0, m1) = ("00000000,0000ffff,ffffffff", "ffffffff,ffff0000,00000000");
+    assert!(
+        real.contains(m0) && real.contains(m1),
+        "the masks moved in the file"
+    );
+    let swapped = real
+        .replace(m0, "MASK0")
+        .replace(m1, m0)
+        .replace("MASK0", m1);
+    std::fs::write(&vendor, swapped).expect("vendor file");
+    let json = audit("pretrain");
+    let nccl = finding(&json, "nccl.topology");
+    assert_eq!(nccl["status"], "fail", "{nccl}");
+    assert!(
+        nccl["evidence"][0]
+            .as_str()
+            .is_some_and(|e| e.contains("swapped")),
+        "{nccl}"
+    );
+    assert_eq!(
+        finding(&audit("finetune"), "nccl.topology")["status"],
+        "warn"
+    );
+}
+
 #[test]
 fn a_missing_mount_and_a_missing_topology_fail_pretrain() {
     let cluster = Cluster::new(

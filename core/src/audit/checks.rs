@@ -377,7 +377,7 @@ fn storage(inputs: &Inputs<'_>) -> Checked {
     let Some(mounts) = inputs.storage.mounts else {
         return check.says(
             Outcome::NotChecked,
-            "no mount table for this machine (catalog or topology file)",
+            "no mount table for this machine (a catalog machine, a topology file, or a sysfs tree without proc/mounts)",
             wanted,
         );
     };
@@ -399,11 +399,12 @@ fn storage(inputs: &Inputs<'_>) -> Checked {
             present,
         );
     }
+    let missing = problems.len();
+    problems.extend(present);
     check.says(
         Outcome::Problem,
         format!(
-            "{} of {} configured mount(s) missing or of another type",
-            problems.len(),
+            "{missing} of {} configured mount(s) missing or of another type",
             configured.len()
         ),
         problems,

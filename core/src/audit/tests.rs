@@ -127,7 +127,9 @@ fn storage_mounts_are_checked_for_presence_and_type() {
     );
     let s = status(&r, "storage.mounts");
     assert_eq!(s.status, Status::Fail);
-    assert_eq!(s.evidence, ["/data is nfs, expected nfs4"]);
+    // The problems first, then what is there.
+    assert_eq!(s.evidence, ["/data is nfs, expected nfs4", "/fsx lustre"]);
+    assert!(s.summary.starts_with("1 of 2 configured"), "{s:?}");
     let r = run(&m, Workload::Pretrain, no_slurm(), NO_STORAGE);
     assert_eq!(status(&r, "storage.mounts").status, Status::Warn, "advice");
 }
