@@ -1,7 +1,9 @@
-//! The node-side placement backstop (issue 10 item 5), in remote init_post_opt as root:
-//! a multi-node GPU step whose nodes leave one placement unit of the cluster's topology
-//! (a block; a leaf switch in tree form, see [`gpu_affinity::slurm::step_span`]) is
-//! refused under strict before any task runs; prefer warns once and runs.
+//! The placement check (issue 10 item 5): a multi-node GPU step whose nodes leave one
+//! placement unit of the cluster's topology (a block; a leaf switch in tree form, see
+//! [`gpu_affinity::slurm::step_span`]) is refused under strict before any task runs;
+//! prefer warns once and runs. Two sides, one decision and message: [`submit`] in srun
+//! (local_user_init, as the user, before launch, where srun can tell the step's nodes
+//! and GPUs) and [`backstop`] on every node (remote init_post_opt, as root).
 //!
 //! Inputs:
 //! - the topology: plugstack `topology=PATH` (a missing named file is an error), else
