@@ -11,12 +11,12 @@
 //! this module's own.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use gpu_affinity::atomic;
 use gpu_affinity::slurm::{conf_write, slurm_conf};
 use gpu_affinity::trust;
 use serde::{Deserialize, Serialize};
@@ -398,27 +398,12 @@ fn includes(conf_text: &str, conf_dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Write `text` to `path` atomically; the temp file lives in `temp_dir` (never an include dir).
-fn write_atomic(path: &Path, temp_dir: &Path, text: &str, mode: u32) -> Result<(), CliError> {
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".gpu-affinity-")
-        .suffix(".tmp")
-        .tempfile_in(temp_dir)
-        .map_err(|e| io_err("cannot create a temp file in", temp_dir, e))?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(mode))?;
-    tmp.persist(path)
-        .map_err(|e| io_err("cannot write", path, e.error))?;
-    Ok(())
-}
-
 /// Replace plugstack.conf; a linked one (shared config trees) is written where it really
 /// is, so the link and the share survive.
 fn write_conf(conf: &Path, text: &str) -> Result<(), CliError> {
     let real = fs::canonicalize(conf).unwrap_or_else(|_| conf.to_path_buf());
     let dir = real.parent().unwrap_or(Path::new("/"));
-    write_atomic(&real, dir, text, 0o644)
+    Ok(atomic::write_file(&real, dir, text.as_bytes(), 0o644)?)
 }
 
 fn symlink_atomic(link: &Path, target: &Path) -> Result<(), CliError> {
@@ -551,7 +536,12 @@ pub fn install(args: &Args) -> Result<(), CliError> {
     if previous.as_ref() != Some(&record) {
         out.did(format!("record {}", record_path.display()));
         if !args.dry_run {
-            write_atomic(&record_path, &slurm.plugin_dir, &record_text, 0o600)?;
+            atomic::write_file(
+                &record_path,
+                &slurm.plugin_dir,
+                record_text.as_bytes(),
+                0o600,
+            )?;
         }
     }
     emit(&(out.lines.join("\n") + "\n"))
@@ -622,7 +612,7 @@ fn write_plugstack(
             let target = snippet
                 .file_name()
                 .map_or(snippet.clone(), |n| real_dir.join(n));
-            write_atomic(&target, temp_dir, &text, 0o644)?;
+            atomic::write_file(&target, temp_dir, text.as_bytes(), 0o644)?;
         }
     }
     record.snippet.clone_from(&snippet);
