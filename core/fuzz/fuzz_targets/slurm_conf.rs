@@ -1,7 +1,7 @@
 //! `slurm::slurm_conf::value` (slurm.conf, as `gpu-affinity install` reads it for
 //! `PlugStackConfig=`). Properties: a value holds no newline and, unquoted, no space; a
-//! plain `PlugStackConfig=WORD` line appended to the text is the value found (the last
-//! one wins, as in Slurm), whatever came before.
+//! plain `PlugStackConfig=WORD` line appended to the text (after a blank line) is the
+//! value found (the last one wins, as in Slurm), whatever came before.
 #![no_main]
 
 use gpu_affinity::slurm::slurm_conf;
@@ -15,7 +15,8 @@ fuzz_target!(|data: &[u8]| {
         assert!(!v.contains('\n'), "{v:?}");
     }
     let word = "/etc/slurm/spank/plugstack.conf";
-    let appended = format!("{text}\nPlugStackConfig={word}\n");
+    // The blank line ends any `\`-continued line the text leaves open.
+    let appended = format!("{text}\n\nPlugStackConfig={word}\n");
     assert_eq!(
         slurm_conf::value(&appended, "plugstackconfig").as_deref(),
         Some(word),

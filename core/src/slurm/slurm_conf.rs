@@ -2,35 +2,24 @@
 //! letters and digits, matched case-insensitively; a line holds several pairs, with
 //! spaces allowed around `=`; a value is one word or a double-quoted string; `#` starts a
 //! comment and `\#` is a literal `#`; a key set twice takes its last value (Slurm logs
-//! "specified more than once, latest value used"). `include` lines are not followed.
+//! "specified more than once, latest value used"); a trailing `\` continues a line.
+//! `include` lines are not followed. Lines and comments are gres.conf's rule (the same
+//! parser in Slurm); the pairs are read leniently, since slurm.conf holds words such as
+//! `include FILE` that gres.conf's strict tokens refuse.
+
+use super::gres_conf::logical_lines;
 
 /// The value slurm.conf `text` gives `key` (`PlugStackConfig`, ...), if any.
 pub fn value(text: &str, key: &str) -> Option<String> {
-    text.lines()
-        .flat_map(|line| pairs(&uncomment(line)))
+    logical_lines(text)
+        .iter()
+        .flat_map(|(_, line)| pairs(line))
         .filter(|(k, _)| k.eq_ignore_ascii_case(key))
         .map(|(_, v)| v)
         .next_back()
 }
 
-/// The line without its comment, `\#` turned into `#`.
-fn uncomment(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek() == Some(&'#') => {
-                out.push('#');
-                chars.next();
-            }
-            '#' => break,
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
-/// The `Key=Value` pairs of one uncommented line; words that are not pairs are skipped.
+/// The `Key=Value` pairs of one logical line; words that are not pairs are skipped.
 fn pairs(line: &str) -> Vec<(String, String)> {
     let mut found = Vec::new();
     let mut rest = line.trim_start();
@@ -97,5 +86,9 @@ mod tests {
             Some("unterminated")
         );
         assert_eq!(value("=x Key=", "Key").as_deref(), Some(""));
+        assert_eq!(
+            value("A=1 \\\n  Key=continued\n", "Key").as_deref(),
+            Some("continued")
+        );
     }
 }
