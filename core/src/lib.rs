@@ -9,6 +9,7 @@
 #[cfg(test)]
 extern crate self as gpu_affinity;
 
+pub mod atomic;
 pub mod audit;
 pub mod catalog;
 pub mod config;

@@ -1,9 +1,8 @@
 //! Root-owned state between passes (link counters, clean passes) and the run lock.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -40,26 +39,10 @@ pub fn save(dir: &Path, state: &PassState) -> Result<(), String> {
 }
 
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), String> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // A dot name so collectors that read `*.prom` never see the half-written file.
-    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let io = |e: std::io::Error| format!("{}: {e}", tmp.display());
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&tmp)
-        .map_err(io)?;
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
+    // Core's one writer, its temp file a dot file beside the target, so collectors that
+    // read `*.prom` never see the half-written file.
+    let dir = path.parent().unwrap_or(Path::new("."));
+    gpu_affinity::atomic::write_file(path, dir, bytes, mode).map_err(|e| e.to_string())
 }
 
 /// Held for the whole run; released when dropped (or when the process exits).

@@ -11,13 +11,14 @@
 //! this module's own.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use gpu_affinity::slurm::conf_write;
+use gpu_affinity::atomic;
+use gpu_affinity::slurm::{conf_write, slurm_conf};
+use gpu_affinity::trust;
 use serde::{Deserialize, Serialize};
 use wait_timeout::ChildExt;
 
@@ -31,15 +32,26 @@ const SNIPPET: &str = "gpu-affinity.conf";
 /// Sorts after `pyxis.conf` (and any lowercase name), so SPANK runs this plugin's hooks after
 /// pyxis's: pyxis re-imports the container image's environment in its task_init.
 const SNIPPET_AFTER_PYXIS: &str = "zz-gpu-affinity.conf";
+/// Largest slurm.conf read for `PlugStackConfig=`.
+const MAX_SLURM_CONF: u64 = 16 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// The Slurm installation prefix (`/opt/slurm`, `/usr/local`, `/usr`); symlinks are followed.
     #[arg(long, value_name = "DIR")]
     slurm_prefix: PathBuf,
-    /// The plugstack include directory (default: `plugstack.conf.d` next to Slurm's config).
+    /// The plugstack include directory (default: the directory plugstack.conf already
+    /// includes, else `plugstack.conf.d` next to plugstack.conf).
     #[arg(long, value_name = "DIR")]
     plugstack_dir: Option<PathBuf>,
+    /// The slurm.conf whose `PlugStackConfig=` names plugstack.conf (default: the one in
+    /// Slurm's config dir; without the key, plugstack.conf is next to slurm.conf).
+    #[arg(long, value_name = "FILE")]
+    slurm_conf: Option<PathBuf>,
+    /// Add the include line to a plugstack.conf that `PlugStackConfig=` names: the admin's
+    /// own file, which otherwise is left alone and the line to add is printed.
+    #[arg(long)]
+    force: bool,
     /// Where the per-series builds are (`slurm-<series>/gpu_affinity.so`; default: the package's).
     #[arg(long, value_name = "DIR")]
     plugins_dir: Option<PathBuf>,
@@ -75,7 +87,15 @@ struct Slurm {
     series: String,
     series_from: String,
     plugin_dir: PathBuf,
-    sysconf_dir: PathBuf,
+    plugstack: Plugstack,
+}
+
+/// The plugstack.conf Slurm reads.
+#[derive(Default)]
+struct Plugstack {
+    conf: PathBuf,
+    /// The slurm.conf whose `PlugStackConfig=` named `conf` (None: Slurm's default place).
+    named_by: Option<PathBuf>,
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> CliError {
@@ -218,7 +238,7 @@ fn find_sysconf_dir(prefix: &Path, real_prefix: &Path) -> Result<PathBuf, CliErr
         .cloned()
         .ok_or_else(|| {
             CliError(format!(
-                "no Slurm config dir for {} (no slurm.conf in {}); pass --plugstack-dir",
+                "no Slurm config dir for {} (no slurm.conf in {}); pass --slurm-conf or --plugstack-dir",
                 prefix.display(),
                 candidates
                     .iter()
@@ -227,6 +247,32 @@ fn find_sysconf_dir(prefix: &Path, real_prefix: &Path) -> Result<PathBuf, CliErr
                     .join(", ")
             ))
         })
+}
+
+/// plugstack.conf: where slurm.conf's `PlugStackConfig=` says, else next to slurm.conf
+/// (Slurm's default; also when there is no slurm.conf, as on a configless node).
+fn find_plugstack(slurm_conf: &Path) -> Result<Plugstack, CliError> {
+    let text = match trust::open_regular(slurm_conf) {
+        Ok(f) => trust::read_bounded_text(f, MAX_SLURM_CONF)
+            .map_err(|e| io_err("cannot read", slurm_conf, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io_err("cannot read", slurm_conf, e)),
+    };
+    let beside = slurm_conf.parent().unwrap_or(Path::new("/"));
+    match slurm_conf::value(&text, "PlugStackConfig") {
+        None => Ok(Plugstack {
+            conf: beside.join("plugstack.conf"),
+            named_by: None,
+        }),
+        Some(p) if Path::new(&p).is_absolute() => Ok(Plugstack {
+            conf: PathBuf::from(p),
+            named_by: Some(slurm_conf.to_path_buf()),
+        }),
+        Some(p) => Err(CliError(format!(
+            "{}: PlugStackConfig={p} is not an absolute path (each Slurm daemon would read it from its own working dir)",
+            slurm_conf.display()
+        ))),
+    }
 }
 
 fn default_plugins_dir() -> PathBuf {
@@ -265,14 +311,19 @@ fn locate(args: &Args) -> Result<Slurm, CliError> {
         fs::canonicalize(&prefix).map_err(|e| io_err("--slurm-prefix", &prefix, e))?;
     let (series, series_from) = find_series(&real_prefix)?;
     let plugin_dir = find_plugin_dir(&real_prefix)?;
-    let sysconf_dir = match &args.plugstack_dir {
-        // No config dir on a configless node; nothing there is read.
-        _ if args.link_only => PathBuf::new(),
-        Some(d) => d
-            .parent()
-            .map(Path::to_path_buf)
-            .ok_or_else(|| CliError(format!("--plugstack-dir {}: no parent", d.display())))?,
-        None => find_sysconf_dir(&prefix, &real_prefix)?,
+    let plugstack = if args.link_only {
+        // No config on a configless node; nothing there is read.
+        Plugstack::default()
+    } else {
+        let slurm_conf = match (&args.slurm_conf, &args.plugstack_dir) {
+            (Some(c), _) => c.clone(),
+            (None, Some(d)) => d
+                .parent()
+                .map(|p| p.join("slurm.conf"))
+                .ok_or_else(|| CliError(format!("--plugstack-dir {}: no parent", d.display())))?,
+            (None, None) => find_sysconf_dir(&prefix, &real_prefix)?.join("slurm.conf"),
+        };
+        find_plugstack(&slurm_conf)?
     };
     Ok(Slurm {
         prefix,
@@ -280,7 +331,7 @@ fn locate(args: &Args) -> Result<Slurm, CliError> {
         series,
         series_from,
         plugin_dir,
-        sysconf_dir,
+        plugstack,
     })
 }
 
@@ -322,7 +373,20 @@ fn include_covers(pattern: &Path, file: &Path) -> bool {
         }
 }
 
-/// The include lines of plugstack.conf, relative ones resolved against its directory.
+/// The include dir a plugstack.conf's wildcard include already reads, if one covers both
+/// snippet names (`DIR/*`, `DIR/*.conf`).
+fn included_dir(patterns: &[PathBuf]) -> Option<PathBuf> {
+    patterns.iter().find_map(|p| {
+        let dir = p.parent()?;
+        [SNIPPET, SNIPPET_AFTER_PYXIS]
+            .iter()
+            .all(|name| include_covers(p, &dir.join(name)))
+            .then(|| dir.to_path_buf())
+    })
+}
+
+/// The include lines of plugstack.conf, relative ones resolved against its directory
+/// (as SPANK does).
 fn includes(conf_text: &str, conf_dir: &Path) -> Vec<PathBuf> {
     conf_text
         .lines()
@@ -334,27 +398,12 @@ fn includes(conf_text: &str, conf_dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Write `text` to `path` atomically; the temp file lives in `temp_dir` (never an include dir).
-fn write_atomic(path: &Path, temp_dir: &Path, text: &str, mode: u32) -> Result<(), CliError> {
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".gpu-affinity-")
-        .suffix(".tmp")
-        .tempfile_in(temp_dir)
-        .map_err(|e| io_err("cannot create a temp file in", temp_dir, e))?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(mode))?;
-    tmp.persist(path)
-        .map_err(|e| io_err("cannot write", path, e.error))?;
-    Ok(())
-}
-
 /// Replace plugstack.conf; a linked one (shared config trees) is written where it really
 /// is, so the link and the share survive.
 fn write_conf(conf: &Path, text: &str) -> Result<(), CliError> {
     let real = fs::canonicalize(conf).unwrap_or_else(|_| conf.to_path_buf());
     let dir = real.parent().unwrap_or(Path::new("/"));
-    write_atomic(&real, dir, text, 0o644)
+    Ok(atomic::write_file(&real, dir, text.as_bytes(), 0o644)?)
 }
 
 fn symlink_atomic(link: &Path, target: &Path) -> Result<(), CliError> {
@@ -487,7 +536,12 @@ pub fn install(args: &Args) -> Result<(), CliError> {
     if previous.as_ref() != Some(&record) {
         out.did(format!("record {}", record_path.display()));
         if !args.dry_run {
-            write_atomic(&record_path, &slurm.plugin_dir, &record_text, 0o600)?;
+            atomic::write_file(
+                &record_path,
+                &slurm.plugin_dir,
+                record_text.as_bytes(),
+                0o600,
+            )?;
         }
     }
     emit(&(out.lines.join("\n") + "\n"))
@@ -502,12 +556,15 @@ fn write_plugstack(
     out: &mut Out,
 ) -> Result<(), CliError> {
     // 2. The snippet, in the include dir.
+    let conf = slurm.plugstack.conf.clone();
+    let conf_dir = conf.parent().unwrap_or(Path::new("/"));
+    let conf_text = fs::read_to_string(&conf).unwrap_or_default();
+    let patterns = includes(&conf_text, conf_dir);
     let dir = args
         .plugstack_dir
         .clone()
-        .unwrap_or_else(|| slurm.sysconf_dir.join("plugstack.conf.d"));
-    let conf = slurm.sysconf_dir.join("plugstack.conf");
-    let conf_text = fs::read_to_string(&conf).unwrap_or_default();
+        .or_else(|| included_dir(&patterns))
+        .unwrap_or_else(|| conf_dir.join("plugstack.conf.d"));
     let pyxis_in_dir = fs::read_dir(&dir)
         .into_iter()
         .flatten()
@@ -555,7 +612,7 @@ fn write_plugstack(
             let target = snippet
                 .file_name()
                 .map_or(snippet.clone(), |n| real_dir.join(n));
-            write_atomic(&target, temp_dir, &text, 0o644)?;
+            atomic::write_file(&target, temp_dir, text.as_bytes(), 0o644)?;
         }
     }
     record.snippet.clone_from(&snippet);
@@ -564,9 +621,7 @@ fn write_plugstack(
     // 3. plugstack.conf must include the snippet; an absolute include of the one file (no
     // wildcard) works on configless nodes, which do not expand wildcards (HyperPod).
     record.plugstack_conf.clone_from(&conf);
-    let included = includes(&conf_text, &slurm.sysconf_dir)
-        .iter()
-        .any(|p| include_covers(p, &snippet));
+    let included = patterns.iter().any(|p| include_covers(p, &snippet));
     if included {
         out.lines.push(format!(
             "{} already includes {}",
@@ -580,6 +635,14 @@ fn write_plugstack(
                 dir.display()
             ));
         }
+    } else if let (Some(slurm_conf), false) = (&slurm.plugstack.named_by, args.force) {
+        // An admin's own file, named in slurm.conf: say the line, change nothing.
+        out.lines.push(format!(
+            "action needed: add `include {}` to {} (PlugStackConfig= in {}), or rerun with --force to append it",
+            snippet.display(),
+            conf.display(),
+            slurm_conf.display()
+        ));
     } else {
         let line = format!("include {}", snippet.display());
         let mut new = conf_text.clone();

@@ -246,16 +246,97 @@ fn oci_azure_usr_with_include_dir() {
     find(&snap, &other.join("gpu-affinity.conf"));
 }
 
+/// slurm.conf's `PlugStackConfig=` names a plugstack.conf elsewhere (a shared spank dir)
+/// whose relative wildcard include reads a dir of its own: the snippet goes there and the
+/// admin's file is left as it is.
+#[test]
+fn plugstack_config_elsewhere_with_an_include_dir() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = slurm_prefix(root, "usr/local", "0x180b05", "lib/slurm");
+    let spank = root.join("shared/spank");
+    write(
+        &prefix.join("etc/slurm/slurm.conf"),
+        &format!(
+            "ClusterName=c1\n# PlugStackConfig=/not/this\nplugstackconfig={}/plugstack.conf\n",
+            spank.display()
+        ),
+    );
+    let conf_text = "required /opt/other/spank_other.so\ninclude plugstack.d/*.conf\n";
+    write(&spank.join("plugstack.conf"), conf_text);
+    let (said, snap) = round_trip(root, &prefix, &[]);
+    let snippet = find(&snap, &spank.join("plugstack.d/gpu-affinity.conf"));
+    assert!(snippet.contains("required /"), "{snippet}");
+    assert!(said.contains("already includes"), "{said}");
+    assert_eq!(find(&snap, &spank.join("plugstack.conf")), conf_text);
+    assert!(
+        !snap.contains_key(&prefix.join("etc/slurm/plugstack.conf")),
+        "{said}"
+    );
+    assert!(
+        !snap.contains_key(&prefix.join("etc/slurm/plugstack.conf.d")),
+        "{said}"
+    );
+}
+
+/// `PlugStackConfig=` names a file that includes no dir: install says which line to add
+/// and edits the admin's file only with --force (and uninstall takes the line out again).
+#[test]
+fn plugstack_config_elsewhere_without_an_include_dir() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = slurm_prefix(root, "opt/slurm", "0x190b08", "lib/slurm");
+    let cfg = root.join("cfg");
+    let slurm_conf = cfg.join("slurm.conf");
+    let spank_conf = cfg.join("spank.conf");
+    write(
+        &slurm_conf,
+        &format!("PlugStackConfig=\"{}\"\n", spank_conf.display()),
+    );
+    let conf_text = "required /opt/other/spank_other.so\n";
+    write(&spank_conf, conf_text);
+    let args = ["--slurm-conf", slurm_conf.to_str().expect("utf-8")];
+    let (said, snap) = round_trip(root, &prefix, &args);
+    let snippet = cfg.join("plugstack.conf.d/gpu-affinity.conf");
+    find(&snap, &snippet);
+    let want = format!(
+        "action needed: add `include {}` to {} (PlugStackConfig= in {}), or rerun with --force to append it",
+        snippet.display(),
+        spank_conf.display(),
+        slurm_conf.display()
+    );
+    assert!(said.lines().any(|l| l == want), "{said}");
+    assert_eq!(find(&snap, &spank_conf), conf_text);
+    let (said, snap) = round_trip(root, &prefix, &[&args[..], &["--force"]].concat());
+    assert!(!said.contains("action needed"), "{said}");
+    assert_eq!(
+        find(&snap, &spank_conf),
+        format!("{conf_text}include {}\n", snippet.display())
+    );
+    // A relative PlugStackConfig is refused, naming it, before anything changes.
+    write(&slurm_conf, "PlugStackConfig=spank.conf\n");
+    let before = snapshot(root);
+    let out = install_refused(root, &prefix, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PlugStackConfig=spank.conf is not an absolute path"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(snapshot(root), before);
+}
+
 /// An install that must fail with exit status 1.
-fn install_refused(root: &Path, prefix: &Path) -> Output {
+fn install_refused(root: &Path, prefix: &Path, extra: &[&str]) -> Output {
     let plugins = plugins(root);
-    let out = gpu_affinity(&[
+    let args = [
         "install",
         "--slurm-prefix",
         prefix.to_str().expect("utf-8"),
         "--plugins-dir",
         plugins.to_str().expect("utf-8"),
-    ]);
+    ];
+    let out = gpu_affinity(&[&args[..], extra].concat());
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     out
 }
@@ -294,7 +375,7 @@ fn refuses_a_series_without_a_build_naming_both() {
     version_header(&prefix, "0x170200");
     fs::create_dir_all(prefix.join("lib/slurm")).expect("mkdir");
     write(&prefix.join("etc/slurm.conf"), "\n");
-    let out = install_refused(tmp.path(), &prefix);
+    let out = install_refused(tmp.path(), &prefix, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("Slurm 23.02") && err.contains("22.05, 24.11, 25.11, 26.05"),
@@ -311,7 +392,7 @@ fn refuses_a_plugin_file_it_did_not_make() {
     version_header(&prefix, "0x180b05");
     write(&prefix.join("lib/slurm/gpu_affinity.so"), "someone's");
     write(&prefix.join("etc/slurm.conf"), "\n");
-    install_refused(tmp.path(), &prefix);
+    install_refused(tmp.path(), &prefix, &[]);
     assert_eq!(
         fs::read_to_string(prefix.join("lib/slurm/gpu_affinity.so")).expect("kept"),
         "someone's"

@@ -174,3 +174,108 @@ fn cluster_toolkit_usr_local() {
     let again = recipe(root, "cluster-toolkit-startup.sh", &["controller"], &env);
     assert!(again.contains("handoff left as it is"), "{again}");
 }
+
+/// ansible-core, from PyPI into a venv under target/ on first use, kept for later runs.
+fn ansible_playbook() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/ansible-venv");
+    let playbook = venv.join("bin/ansible-playbook");
+    if !playbook.exists() {
+        let run = |program: &Path, args: &[&str]| {
+            let status = Command::new("timeout")
+                .arg("600")
+                .arg(program)
+                .args(args)
+                .status()
+                .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+            assert!(status.success(), "{} {args:?}: {status}", program.display());
+        };
+        run(
+            Path::new("python3"),
+            &["-m", "venv", venv.to_str().expect("utf-8")],
+        );
+        run(
+            &venv.join("bin/pip"),
+            &["install", "--quiet", "ansible-core==2.18.*"],
+        );
+    }
+    playbook
+}
+
+/// The OCI HPC stack's task list, run by ansible-playbook on this machine (`-c local`)
+/// against an Ubuntu-style OCI node in a scratch dir: Slurm under `/usr/local`, config in
+/// `/etc/slurm`, plugstack.conf including `plugstack.conf.d/*.conf`.
+#[test]
+fn oci_hpc_ansible_task_usr_local() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = slurm_prefix(root, "usr/local", "0x190b05", "lib/slurm");
+    let etc = root.join("etc/slurm");
+    write(&etc.join("slurm.conf"), "ClusterName=oci\n");
+    let conf_text = format!("include {}/plugstack.conf.d/*.conf\n", etc.display());
+    write(&etc.join("plugstack.conf"), &conf_text);
+    let task = Path::new(env!("CARGO_MANIFEST_DIR")).join("../packaging/recipes/oci-hpc-task.yml");
+    let playbook = root.join("site.yml");
+    write(
+        &playbook,
+        &format!(
+            "- hosts: localhost\n  gather_facts: true\n  tasks:\n    - ansible.builtin.include_tasks: {}\n",
+            task.display()
+        ),
+    );
+    let ansible = ansible_playbook();
+    let vars = serde_json::json!({
+        "gpu_affinity_skip_package": true,
+        "gpu_affinity_bin": env!("CARGO_BIN_EXE_gpu-affinity"),
+        "gpu_affinity_slurm_prefix": prefix,
+        "gpu_affinity_plugstack_dir": etc.join("plugstack.conf.d"),
+        "gpu_affinity_plugins_dir": plugins(root),
+        "ansible_python_interpreter": ansible.with_file_name("python3"),
+    });
+    let play = || {
+        let out = Command::new(&ansible)
+            .args(["-c", "local", "-i", "localhost,"])
+            .arg(&playbook)
+            .arg("-e")
+            .arg(vars.to_string())
+            .env("ANSIBLE_HOME", root.join("ansible-home"))
+            .env("ANSIBLE_LOCAL_TEMP", root.join("ansible-tmp"))
+            .env("ANSIBLE_NOCOLOR", "1")
+            .output()
+            .expect("run ansible-playbook");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{}\n{text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.lines()
+            .find(|l| l.starts_with("localhost"))
+            .unwrap_or_else(|| panic!("no PLAY RECAP line:\n{text}"))
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("changed="))
+            .map(str::to_owned)
+            .expect("changed= in the recap")
+    };
+    assert_eq!(play(), "1");
+    assert!(
+        link_of(&prefix.join("lib/slurm/gpu_affinity.so")).ends_with("slurm-25.11/gpu_affinity.so")
+    );
+    let snippet =
+        fs::read_to_string(etc.join("plugstack.conf.d/gpu-affinity.conf")).expect("snippet");
+    assert!(
+        snippet.contains(&format!(
+            "required {}/lib/slurm/gpu_affinity.so",
+            prefix.display()
+        )),
+        "{snippet}"
+    );
+    assert_eq!(
+        fs::read_to_string(etc.join("plugstack.conf")).expect("conf"),
+        conf_text
+    );
+    // A second run of the play changes nothing and says so.
+    let before = (snapshot(&prefix), snapshot(&etc));
+    assert_eq!(play(), "0");
+    assert_eq!((snapshot(&prefix), snapshot(&etc)), before);
+}

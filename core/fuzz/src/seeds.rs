@@ -311,6 +311,13 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         c.add("hostlist", text.as_bytes())?;
     }
     c.add("gres_conf", b"ConstrainDevices=yes\nConstrainCores=no\n")?;
+    for text in [
+        "ClusterName=c1\nPlugStackConfig=/etc/slurm/spank/plugstack.conf\n",
+        "SlurmctldHost=h1 plugstackconfig = \"/a b/p.conf\" # comment\ninclude nodes.conf\n",
+        "Key=a\\#b PlugStackConfig=\"unterminated\n",
+    ] {
+        c.add("slurm_conf", text.as_bytes())?;
+    }
     c.add(
         "gres_conf",
         b"AutoDetect=off\nName=gpu Type=\"a 100\" File=/dev/nvidia0\n",

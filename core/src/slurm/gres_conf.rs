@@ -263,8 +263,8 @@ pub fn constrain_devices(cgroup_conf: &str) -> bool {
 }
 
 /// Physical lines joined at trailing `\`, comments stripped; each with the number of its
-/// first physical line.
-fn logical_lines(text: &str) -> Vec<(usize, String)> {
+/// first physical line. Slurm's config syntax, so slurm.conf's reader uses it too.
+pub(super) fn logical_lines(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut pending: Option<(usize, String)> = None;
     for (i, raw) in text.lines().enumerate() {

@@ -11,6 +11,7 @@
 //! - [`gpu_ids`]: how Slurm numbers a node's GPUs (gres indices) and which of them a
 //!   step and each of its tasks got: the one mapping the plugin and `explain` share
 //! - [`gpus_per_task`]: `SLURM_GPUS_PER_TASK`, from `--gpus-per-task=TYPE:N`
+//! - [`slurm_conf`]: a slurm.conf key's value (`PlugStackConfig=`), as Slurm reads it
 
 pub mod conf_write;
 pub mod gpu_ids;

@@ -1,12 +1,20 @@
 //! The few slurm.conf facts the suite needs, pure: the topology plugin, the partitions
-//! (their nodes and the `Topology=` a Slurm 25.05+ partition selects) and the `include`
-//! lines a reader follows. Not a slurm.conf validator: every other line is skipped.
+//! (their nodes and the `Topology=` a Slurm 25.05+ partition selects), the `include`
+//! lines a reader follows ([`parse`]), and any one key's value ([`value`], e.g.
+//! `PlugStackConfig` for install). Not a slurm.conf validator: every other line is skipped.
 //!
-//! Format (slurm.conf(5)): `Key=Value` pairs separated by blanks, keys case-insensitive,
-//! `#` starts a comment, a value may be double-quoted; `include FILE` pulls in another
-//! file (relative names are relative to slurm.conf's directory). A `PartitionName=`
-//! line is one partition; `PartitionName=DEFAULT` sets defaults for those that follow.
+//! Read the way Slurm's own parser reads it: lines and comments are gres.conf's rule (the
+//! same parser in Slurm: `#` starts a comment, `\#` is a literal `#`, a trailing `\`
+//! continues a line); keys are letters and digits, matched case-insensitively; a line
+//! holds several pairs, with spaces allowed around `=`; a value is one word or a
+//! double-quoted string; a key set twice takes its last value (Slurm logs "specified more
+//! than once, latest value used"). The pairs are read leniently, since slurm.conf holds
+//! words such as `include FILE` that gres.conf's strict tokens refuse. `include FILE`
+//! pulls in another file (relative names are relative to slurm.conf's directory); a
+//! `PartitionName=` line is one partition; `PartitionName=DEFAULT` sets defaults for those
+//! that follow.
 
+use super::gres_conf::logical_lines;
 use super::hostlist;
 
 /// Most partitions one conf may describe; far above any real cluster's.
@@ -55,8 +63,8 @@ pub fn parse_into(text: &str, conf: &mut SlurmConf) -> Result<(), String> {
         topology: None,
         default: false,
     };
-    for (i, raw) in text.lines().enumerate() {
-        let line = strip_comment(raw).trim();
+    for (line_no, line) in logical_lines(text) {
+        let line = line.trim();
         if line.is_empty() {
             continue;
         }
@@ -64,25 +72,25 @@ pub fn parse_into(text: &str, conf: &mut SlurmConf) -> Result<(), String> {
         if first.eq_ignore_ascii_case("include") {
             let target = unquote(rest.trim());
             if target.is_empty() {
-                return Err(format!("slurm.conf line {}: include names no file", i + 1));
+                return Err(format!("slurm.conf line {line_no}: include names no file"));
             }
             conf.includes.push(target.to_string());
             continue;
         }
-        let fields = fields(line);
+        let fields = pairs(line);
         let Some((key, value)) = fields.first() else {
             continue;
         };
         match key.to_ascii_lowercase().as_str() {
-            "topologyplugin" => conf.topology_plugin = Some(value.to_string()),
-            "topologyparam" => conf.topology_param = Some(value.to_string()),
+            "topologyplugin" => conf.topology_plugin = Some(value.clone()),
+            "topologyparam" => conf.topology_param = Some(value.clone()),
             "partitionname" => {
                 let mut p = defaults.clone();
-                p.name = value.to_string();
+                p.name = value.clone();
                 for (k, v) in &fields[1..] {
                     match k.to_ascii_lowercase().as_str() {
-                        "nodes" => p.nodes = Some(v.to_string()),
-                        "topology" => p.topology = Some(v.to_string()),
+                        "nodes" => p.nodes = Some(v.clone()),
+                        "topology" => p.topology = Some(v.clone()),
                         "default" => p.default = v.eq_ignore_ascii_case("yes"),
                         _ => {}
                     }
@@ -94,8 +102,7 @@ pub fn parse_into(text: &str, conf: &mut SlurmConf) -> Result<(), String> {
                 }
                 if conf.partitions.len() >= MAX_PARTITIONS {
                     return Err(format!(
-                        "slurm.conf line {}: more than {MAX_PARTITIONS} partitions",
-                        i + 1
+                        "slurm.conf line {line_no}: more than {MAX_PARTITIONS} partitions"
                     ));
                 }
                 conf.partitions.push(p);
@@ -124,51 +131,53 @@ impl SlurmConf {
     }
 }
 
-/// The text before an unquoted `#` (slurm.conf allows `\#` for a literal one).
-fn strip_comment(line: &str) -> &str {
-    let bytes = line.as_bytes();
-    let mut quoted = false;
-    for (i, b) in bytes.iter().enumerate() {
-        match b {
-            b'"' => quoted = !quoted,
-            b'#' if !quoted && (i == 0 || bytes[i - 1] != b'\\') => return &line[..i],
-            _ => {}
+/// The value slurm.conf `text` gives `key` (`PlugStackConfig`, ...), if any.
+pub fn value(text: &str, key: &str) -> Option<String> {
+    logical_lines(text)
+        .iter()
+        .flat_map(|(_, line)| pairs(line))
+        .filter(|(k, _)| k.eq_ignore_ascii_case(key))
+        .map(|(_, v)| v)
+        .next_back()
+}
+
+/// The `Key=Value` pairs of one logical line; words that are not pairs are skipped.
+fn pairs(line: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let mut rest = line.trim_start();
+    while !rest.is_empty() {
+        let key_len = rest
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(rest.len());
+        let (key, after) = rest.split_at(key_len);
+        let after = after.trim_start();
+        match after.strip_prefix('=') {
+            Some(value) if !key.is_empty() => {
+                let value = value.trim_start();
+                let (value, next) = match value.strip_prefix('"') {
+                    Some(quoted) => match quoted.split_once('"') {
+                        Some((v, next)) => (v, next),
+                        None => (quoted, ""),
+                    },
+                    None => value.split_at(value.find(char::is_whitespace).unwrap_or(value.len())),
+                };
+                found.push((key.to_owned(), value.to_owned()));
+                rest = next.trim_start();
+            }
+            // Not a pair: skip the word (`include FILE`, stray text).
+            _ => {
+                let word = rest.find(char::is_whitespace).unwrap_or(rest.len());
+                rest = rest[word..].trim_start();
+            }
         }
     }
-    line
+    found
 }
 
 fn unquote(v: &str) -> &str {
     v.strip_prefix('"')
         .and_then(|v| v.strip_suffix('"'))
         .unwrap_or(v)
-}
-
-/// `Key=Value` pairs of a line; blanks inside double quotes stay in the value.
-fn fields(line: &str) -> Vec<(&str, &str)> {
-    let mut out = Vec::new();
-    let mut start = None;
-    let mut quoted = false;
-    let bytes = line.as_bytes();
-    for i in 0..=bytes.len() {
-        let at_end = i == bytes.len();
-        let blank = !at_end && bytes[i].is_ascii_whitespace();
-        if !at_end && bytes[i] == b'"' {
-            quoted = !quoted;
-        }
-        match (start, at_end || (blank && !quoted)) {
-            (None, false) => start = Some(i),
-            (Some(s), true) => {
-                let token = &line[s..i];
-                if let Some((k, v)) = token.split_once('=') {
-                    out.push((k, unquote(v)));
-                }
-                start = None;
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -223,9 +232,46 @@ mod tests {
             parse("\ninclude   \n").expect_err("empty include"),
             "slurm.conf line 2: include names no file"
         );
-        // A quoted `#` is not a comment; an unreadable Nodes= list holds nobody.
-        let conf = parse("PartitionName=\"a#b\" Nodes=n[1-\n").expect("conf");
+        // `\#` is a literal `#` (a quoted one still starts a comment, as in Slurm); an
+        // unreadable Nodes= list holds nobody.
+        let conf = parse("PartitionName=a\\#b Nodes=n[1-\n").expect("conf");
         assert_eq!(conf.partitions[0].name, "a#b");
         assert!(!conf.partitions[0].holds("n1"));
+    }
+
+    #[test]
+    fn the_last_value_case_insensitive() {
+        let text = "ClusterName=c1\nplugstackconfig=/a/plugstack.conf\n\
+                    SlurmctldHost=h1 PlugStackConfig = /b/plugstack.conf # not /c\n";
+        assert_eq!(
+            value(text, "PlugStackConfig").as_deref(),
+            Some("/b/plugstack.conf")
+        );
+        assert_eq!(value(text, "ClusterName").as_deref(), Some("c1"));
+        assert_eq!(value(text, "PluginDir"), None);
+    }
+
+    #[test]
+    fn comments_quotes_and_words_that_are_not_pairs() {
+        let text = "# PlugStackConfig=/commented\n\
+                    include /etc/slurm/nodes.conf\n\
+                    PlugStackConfig=\"/etc/slurm/with space/plugstack.conf\" Other=1\n\
+                    SlurmctldParameters=a\\#b\n";
+        assert_eq!(
+            value(text, "PlugStackConfig").as_deref(),
+            Some("/etc/slurm/with space/plugstack.conf")
+        );
+        assert_eq!(value(text, "Other").as_deref(), Some("1"));
+        assert_eq!(value(text, "SlurmctldParameters").as_deref(), Some("a#b"));
+        assert_eq!(value(text, "include"), None);
+        assert_eq!(
+            value("Key=\"unterminated", "Key").as_deref(),
+            Some("unterminated")
+        );
+        assert_eq!(value("=x Key=", "Key").as_deref(), Some(""));
+        assert_eq!(
+            value("A=1 \\\n  Key=continued\n", "Key").as_deref(),
+            Some("continued")
+        );
     }
 }

@@ -82,7 +82,7 @@ struct Output {
 impl Output {
     fn put(&self, text: &str) -> Result<(), CliError> {
         match &self.write {
-            Some(path) => write::write_atomic(path, text, self.force),
+            Some(path) => write::write_generated(path, text, self.force),
             None => emit(text),
         }
     }

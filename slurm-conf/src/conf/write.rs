@@ -1,17 +1,14 @@
 //! Writing a generated Slurm file in place: atomic, never over a file we did not write.
 //!
-//! The new text goes to a temporary file beside the target and is renamed over it, so
-//! slurmctld and slurmd read the old file or the new one, never half of one. The
-//! temporary name starts with a dot: Slurm's `include DIR/*` globs skip dot files, and
-//! the file is removed on every error path (aws/aws-parallelcluster#6459: a scratch
-//! file left in plugstack.conf.d broke every job). A target without our marker line was
+//! The write is core's one atomic writer (`gpu_affinity::atomic`), its temp file beside
+//! the target, so slurmctld and slurmd read the old file or the new one, never half of
+//! one. This module adds the policy: a target without our marker line was
 //! written by someone else (HyperPod's agent, `azslurm`, an admin) and is replaced only
 //! with `--force`.
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use gpu_affinity::atomic;
 use gpu_affinity::slurm::conf_write::MARKER;
 use gpu_affinity::trust;
 
@@ -24,7 +21,7 @@ pub fn has_marker(text: &str) -> bool {
     text.lines().any(|l| l.trim_end() == MARKER)
 }
 
-pub fn write_atomic(path: &Path, text: &str, force: bool) -> Result<(), CliError> {
+pub fn write_generated(path: &Path, text: &str, force: bool) -> Result<(), CliError> {
     let shown = path.display();
     match std::fs::symlink_metadata(path) {
         Ok(meta) if !meta.is_file() => {
@@ -46,51 +43,30 @@ pub fn write_atomic(path: &Path, text: &str, force: bool) -> Result<(), CliError
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(CliError(format!("{shown}: {e}"))),
     }
+    // Beside the target: a generated file's dir is not an include dir.
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let name = path
-        .file_name()
-        .ok_or_else(|| CliError(format!("{shown} names no file")))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{}.", name.to_string_lossy()))
-        .suffix(".gpu-affinity-tmp")
-        .tempfile_in(dir)
-        .map_err(|e| {
-            CliError(format!(
-                "{}: cannot create a temporary file: {e}",
-                dir.display()
-            ))
-        })?;
-    let io = |e: std::io::Error| CliError(format!("{shown}: {e}"));
-    tmp.write_all(text.as_bytes()).map_err(io)?;
-    // Slurm daemons run as SlurmUser and read it; 0600 from tempfile would lock them out.
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o644))
-        .map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(path).map_err(|e| io(e.error))?;
-    // The rename itself is durable only once the directory is synced.
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
+    // Slurm daemons run as SlurmUser and read it.
+    atomic::write_file(path, dir, text.as_bytes(), 0o644)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn refuses_foreign_files_and_leaves_no_temp() {
         let dir = tempfile::tempdir().expect("tempdir");
         let target = dir.path().join("topology.conf");
         std::fs::write(&target, "# written by azslurm\n").expect("write");
-        let e = write_atomic(&target, &format!("{MARKER}\nx\n"), false).expect_err("foreign");
+        let e = write_generated(&target, &format!("{MARKER}\nx\n"), false).expect_err("foreign");
         assert!(e.0.contains("--force"), "{}", e.0);
-        write_atomic(&target, &format!("{MARKER}\nx\n"), true).expect("forced");
-        write_atomic(&target, &format!("{MARKER}\ny\n"), false).expect("ours");
+        write_generated(&target, &format!("{MARKER}\nx\n"), true).expect("forced");
+        write_generated(&target, &format!("{MARKER}\ny\n"), false).expect("ours");
         assert_eq!(
             std::fs::read_to_string(&target).expect("read"),
             format!("{MARKER}\ny\n")
