@@ -556,6 +556,20 @@ fn circuit_breaker_holds_back_past_max_share() {
         decide(&bad, Some(&one), "n1", &p, 0, false),
         Action::Set { .. }
     ));
+    // The suite's reason left on nodes back in service (Slurm 24.11 without accounting
+    // keeps it across a resume) does not count, and such a node is not resumed again.
+    let stale = rows(&format!(
+        "n1|gpu*|mixed|gpu:8|none\nn2|gpu*|idle|gpu:8|{own}\nn3|gpu*|mixed|gpu:8|{own}\nn4|gpu*|idle|gpu:8|none\n"
+    ));
+    assert!(matches!(
+        decide(&bad, Some(&stale), "n1", &DrainPolicy::default(), 0, false),
+        Action::Set { .. }
+    ));
+    let ok = run(&healthy().0, &healthy().1);
+    assert_eq!(
+        decide(&ok, Some(&stale), "n2", &DrainPolicy::default(), 9, true),
+        Action::Leave("healthy".into())
+    );
     // Admin drains do not count against the suite.
     let admin = rows("n1|gpu*|mixed|gpu:8|none\nn2|gpu*|drained|gpu:8|admin\n");
     assert!(matches!(
