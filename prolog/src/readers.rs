@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use gpu_affinity::config::MountConfig;
 use gpu_affinity::health::parse::{counter, mount_at, mounts};
-use gpu_affinity::health::xid::{XidEvent, parse_kmsg};
+use gpu_affinity::health::xid::{XidEvent, last_seq, parse_kmsg};
 use gpu_affinity::health::{Gap, Gathered, MountProbe, SysfsData};
 use gpu_affinity::sources::sysfs;
 use gpu_affinity::trust::open_regular;
@@ -22,7 +22,9 @@ fn under(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-fn small_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
+/// A regular file's bytes (opened non-blocking: a FIFO planted there cannot hang a pass),
+/// at most `limit`; `None` when there is nothing at the path.
+pub(crate) fn small_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
     let file = match open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -79,14 +81,31 @@ pub fn read_sysfs(root: &Path) -> Gathered<SysfsData> {
     })
 }
 
+/// What the kernel log said: the XIDs that count (core's `parse_kmsg`) and where the log
+/// stood (its last record's sequence number, the prolog's mark for the epilog).
+#[derive(Debug, Default)]
+pub struct KernelLog {
+    pub xids: Vec<XidEvent>,
+    pub last_seq: Option<u64>,
+}
+
+impl KernelLog {
+    fn of(text: &str) -> KernelLog {
+        KernelLog {
+            xids: parse_kmsg(text),
+            last_seq: last_seq(text),
+        }
+    }
+}
+
 /// XIDs since boot: `/dev/kmsg` on the live node (one record per read, non-blocking, until
 /// the buffer is drained), `ROOT/dev/kmsg` as a file of records under any other root.
-pub fn read_kmsg(root: &Path) -> Gathered<Vec<XidEvent>> {
+pub fn read_kmsg(root: &Path) -> Gathered<KernelLog> {
     if root != Path::new("/") {
         let path = under(root, "dev/kmsg");
         return match small_file(&path, MAX_LOG_BYTES) {
-            Ok(Some(bytes)) => Ok(parse_kmsg(&String::from_utf8_lossy(&bytes))),
-            Ok(None) => Ok(Vec::new()),
+            Ok(Some(bytes)) => Ok(KernelLog::of(&String::from_utf8_lossy(&bytes))),
+            Ok(None) => Ok(KernelLog::default()),
             Err(e) => Err(Gap::Failed(e)),
         };
     }
@@ -110,7 +129,7 @@ pub fn read_kmsg(root: &Path) -> Gathered<Vec<XidEvent>> {
             break;
         }
     }
-    Ok(parse_kmsg(&text))
+    Ok(KernelLog::of(&text))
 }
 
 /// How a mount is probed; the seam lets tests stand in a mount whose stat never returns.

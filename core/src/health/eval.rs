@@ -53,6 +53,7 @@ pub fn evaluate(
 ) -> (Report, PassState) {
     let mut next = PassState {
         clean_passes: prev.clean_passes,
+        job_kmsg: prev.job_kmsg.clone(),
         ..PassState::default()
     };
     let checks: Vec<Outcome> = CHECKS
@@ -375,6 +376,7 @@ fn run(
             let found = xids
                 .iter()
                 .filter(|x| in_scope(scope, x.gpu))
+                .filter(|x| scope.xids_after.is_none_or(|after| x.seq > after))
                 .filter_map(|x| {
                     let (action, repair) = policy.action(x.code);
                     let class = match action {

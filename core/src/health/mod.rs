@@ -215,7 +215,7 @@ pub const CHECKS: &[CheckDef] = &[
         "GPU_XID",
         GpuFault,
         true,
-        "no critical XID in the kernel log since boot (policy: xid-policy.toml)",
+        "no critical XID in the kernel log since boot or the last driver load (the epilog: since the job's prolog; policy: xid-policy.toml)",
     ),
     check(
         "gpu.nvlink",
@@ -459,6 +459,9 @@ pub struct Scope {
     pub gpus: Option<Vec<PciAddr>>,
     /// The job has ended (the epilog): checks of what it left behind run.
     pub after_job: bool,
+    /// Count only XIDs logged after this kmsg sequence number (the epilog: where the log
+    /// stood when the job's prolog read it); `None`: since boot or the last driver load.
+    pub xids_after: Option<u64>,
 }
 
 /// What a pass remembers for the next one (kept root-owned by the binaries).
@@ -472,6 +475,31 @@ pub struct PassState {
     /// Consecutive full passes without a drain verdict.
     #[serde(default)]
     pub clean_passes: u32,
+    /// Job id -> the last kmsg sequence number its prolog saw; the epilog takes it out.
+    #[serde(default)]
+    pub job_kmsg: BTreeMap<String, u64>,
+}
+
+impl PassState {
+    /// Job marks kept at most: a job whose epilog never ran (a node rebooted mid-job) must
+    /// not grow the state forever.
+    pub const MAX_JOB_MARKS: usize = 256;
+
+    /// Remember where the kernel log stood at `job`'s start; the oldest marks go first.
+    pub fn mark_job(&mut self, job: &str, seq: u64) {
+        self.job_kmsg.insert(job.to_string(), seq);
+        while self.job_kmsg.len() > Self::MAX_JOB_MARKS {
+            let oldest = self
+                .job_kmsg
+                .iter()
+                .min_by_key(|(_, s)| **s)
+                .map(|(j, _)| j.clone());
+            match oldest {
+                Some(j) => self.job_kmsg.remove(&j),
+                None => break,
+            };
+        }
+    }
 }
 
 /// One check's outcome.

@@ -364,7 +364,7 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
     let scope = Scope {
         fast_only: true,
         gpus: Some(vec![gpu0(&inputs)]),
-        after_job: false,
+        ..Scope::default()
     };
     let (r, _) = evaluate(
         &inputs,
@@ -377,7 +377,7 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
     let scope = Scope {
         fast_only: true,
         gpus: other.map(|g| vec![g]),
-        after_job: false,
+        ..Scope::default()
     };
     let (r, _) = evaluate(
         &inputs,
@@ -387,6 +387,53 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
         &PassState::default(),
     );
     assert_eq!(r.verdict, Verdict::Drain);
+}
+
+#[test]
+fn the_epilog_counts_only_xids_after_the_jobs_prolog() {
+    let (mut inputs, expect) = healthy();
+    let g = gpu0(&inputs);
+    inputs.xids = Ok(vec![XidEvent {
+        seq: 40,
+        gpu: Some(g),
+        code: 79,
+    }]);
+    let epilog = |after: Option<u64>| {
+        let scope = Scope {
+            after_job: true,
+            xids_after: after,
+            ..Scope::default()
+        };
+        let prev = PassState::default();
+        evaluate(&inputs, &expect, &XidPolicy::embedded(), &scope, &prev).0
+    };
+    // Logged before the job's prolog read the log (seq 40 <= 40): not this job's.
+    assert_eq!(epilog(Some(40)).verdict, Verdict::Ok);
+    // Logged during the job, or no mark (since boot): drains.
+    assert_eq!(epilog(Some(39)).verdict, Verdict::Drain);
+    assert_eq!(epilog(None).verdict, Verdict::Drain);
+}
+
+#[test]
+fn job_marks_are_carried_and_bounded() {
+    let mut prev = PassState::default();
+    for job in 0..(PassState::MAX_JOB_MARKS as u64 + 10) {
+        prev.mark_job(&job.to_string(), 1000 + job);
+    }
+    assert_eq!(prev.job_kmsg.len(), PassState::MAX_JOB_MARKS);
+    assert!(
+        !prev.job_kmsg.contains_key("0"),
+        "the oldest mark goes first"
+    );
+    let (inputs, expect) = healthy();
+    let (_, next) = evaluate(
+        &inputs,
+        &expect,
+        &XidPolicy::embedded(),
+        &Scope::default(),
+        &prev,
+    );
+    assert_eq!(next.job_kmsg, prev.job_kmsg, "a pass keeps the marks");
 }
 
 #[test]
