@@ -591,6 +591,67 @@ fn run_matrix() -> usize {
         !log.exists() && r.code == 0 && r.json.to_string().contains("circuit breaker"),
         format!("exit {}", r.code),
     );
+    // The epilog judges what appeared during its job: an XID logged before the job's
+    // prolog read the log is not the job's; one logged during the job drains; without the
+    // prolog's mark everything since boot counts. A driver load ends older XIDs.
+    let n = node(&healthy(), &lib, "");
+    let bus = gpu_affinity::catalog::machine("p5.48xlarge")
+        .expect("catalog")
+        .gpus[0]
+        .pci
+        .to_string();
+    let xid = |seq: u32, code: u32| {
+        format!(
+            "4,{seq},1,-;NVRM: Xid (PCI:{}): {code}, pid=7, name=python\n",
+            &bus[..bus.len() - 2]
+        )
+    };
+    let kmsg = n.root.join("dev/kmsg");
+    std::fs::write(
+        &kmsg,
+        format!("6,1,1,-;Linux version 6.1\n{}", xid(200, 79)),
+    )
+    .expect("kmsg");
+    let job = |program: &str, id: &str| {
+        let r = run(
+            program,
+            &n.root,
+            &n.cfg,
+            &n.sim,
+            &[("SLURM_JOB_ID", id.into())],
+        );
+        format!("{} {}", r.json["verdict"], r.json["reason"])
+    };
+    let before = [job("prolog", "41"), job("epilog", "41")];
+    check(
+        "epilog: an XID from before the job",
+        before[0].starts_with("\"drain\" \"gpu-affinity: GPU_XID_79")
+            && before[1].starts_with("\"ok\""),
+        format!("{before:?}"),
+    );
+    job("prolog", "42");
+    let text = std::fs::read_to_string(&kmsg).expect("kmsg");
+    std::fs::write(&kmsg, format!("{text}{}", xid(300, 48))).expect("kmsg");
+    let during = [job("epilog", "42"), job("epilog", "43")];
+    check(
+        "epilog: an XID during the job; no prolog mark",
+        during[0].starts_with("\"drain\" \"gpu-affinity: GPU_XID_48")
+            && during[1].starts_with("\"drain\" \"gpu-affinity: GPU_XID_79"),
+        format!("{during:?}"),
+    );
+    let text = std::fs::read_to_string(&kmsg).expect("kmsg");
+    std::fs::write(
+        &kmsg,
+        format!("{text}6,400,9,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n"),
+    )
+    .expect("kmsg");
+    let r = run("health", &n.root, &n.cfg, &n.sim, &[]);
+    check(
+        "XIDs before a driver load",
+        r.json["verdict"] == "ok",
+        format!("{} {}", r.json["verdict"], r.json["reason"]),
+    );
+
     let (ok, line) = bench(&lib, 20);
     check("bench", ok, line);
     failures

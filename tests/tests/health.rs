@@ -98,16 +98,22 @@ fn prolog_only(n: &Node) -> HealthSetup {
     }
 }
 
-/// An XID 79 (fallen off the bus) record for the node's first GPU.
-fn inject_xid79(n: &Node) -> String {
+/// An XID 79 (fallen off the bus) kmsg record for the node's first GPU (Slurm's GPU 0),
+/// logged after [`HEALTHY_KMSG`], and the drain reason it gives.
+fn xid79_record(n: &Node) -> (String, String) {
     let bus = n.machine.gpus[0].pci.to_string();
     let short = &bus[..bus.len() - 2];
-    std::fs::write(
-        n.root.join("dev/kmsg"),
-        format!("{HEALTHY_KMSG}4,2,200,-;NVRM: Xid (PCI:{short}): 79, pid=77, name=python\n"),
+    (
+        format!("4,2,200,-;NVRM: Xid (PCI:{short}): 79, pid=77, name=python"),
+        format!("gpu-affinity: GPU_XID_79 gpu={bus}"),
     )
-    .expect("kmsg");
-    format!("gpu-affinity: GPU_XID_79 gpu={bus}")
+}
+
+/// Log [`xid79_record`] in the fixture's kernel log; the reason it gives.
+fn inject_xid79(n: &Node) -> String {
+    let (record, reason) = xid79_record(n);
+    std::fs::write(n.root.join("dev/kmsg"), format!("{HEALTHY_KMSG}{record}\n")).expect("kmsg");
+    reason
 }
 
 fn start(test: &str, setup: HealthSetup) -> Option<Cluster> {
@@ -334,17 +340,14 @@ fn health_program_resumes_its_own_drain_and_leaves_an_admins() {
             &format!("reason={admin}"),
         ],
     );
-    let passes = |c: &Cluster| {
-        std::fs::read_to_string(c.dir().join("log/gpu-affinity-health.out"))
-            .unwrap_or_default()
-            .matches("exit ")
-            .count()
-    };
+    let passes = |c: &Cluster| runs_of(c, "gpu-affinity-health");
     let before = passes(&c);
-    let t = Instant::now();
-    while passes(&c) < before + 3 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_runs(
+        &c,
+        "gpu-affinity-health",
+        before + 3,
+        Duration::from_secs(30),
+    );
     let (got, state) = reason_state(&c);
     eprintln!(
         "MEASURED {} health passes later: State={state} Reason={got}",
@@ -529,4 +532,145 @@ fn the_circuit_breaker_counts_real_slurmd_nodes_and_resume_stays_on_its_node() {
     eprintln!("MEASURED hb3 after hb2's resume: {state} {got}");
     assert_eq!(got, reason, "hb3's reason");
     assert!(state.starts_with("drain"), "hb3: {state}");
+}
+
+/// How many runs of `program` slurmd has finished (its wrapper logs `exit N` after each).
+fn runs_of(c: &Cluster, program: &str) -> usize {
+    std::fs::read_to_string(c.dir().join(format!("log/{program}.out")))
+        .unwrap_or_default()
+        .matches("exit ")
+        .count()
+}
+
+/// Wait until slurmd has finished `count` runs of `program` (srun returns before the
+/// epilog ends); false when `limit` passed first.
+fn wait_runs(c: &Cluster, program: &str, count: usize, limit: Duration) -> bool {
+    let t = Instant::now();
+    while runs_of(c, program) < count {
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    true
+}
+
+/// The dcgm-exporter mapping files in `dir` (`name: content`).
+fn mapping_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("mapping dir")
+        .filter_map(Result::ok)
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            format!("{}: {}", e.file_name().to_string_lossy(), text.trim())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// `Epilog=` the real gpu-affinity-epilog, with the prolog, which writes the dcgm-exporter
+/// job mapping the epilog removes. A clean job leaves the node idle and no mapping; a job
+/// during which the driver logs an XID on the job's GPU (the job itself appends the record
+/// to the fixture's kernel log, after the prolog read it) drains the node after the job
+/// with the suite's reason, and its mapping is removed too.
+#[test]
+fn epilog_drains_on_a_fault_during_the_job_and_removes_the_job_mapping() {
+    let n = node_with(2, "", "[metrics]\ndcgm_job_mapping_dir = \"@DIR@/dcgm\"\n");
+    let dcgm = n._dir.path().join("dcgm");
+    std::fs::create_dir(&dcgm).expect("mapping dir");
+    let setup = HealthSetup {
+        config: n.config.clone(),
+        prolog: true,
+        epilog: true,
+        health_interval: None,
+    };
+    let test = "epilog_drains_on_a_fault_during_the_job_and_removes_the_job_mapping";
+    let Some(c) = start(test, setup) else {
+        return;
+    };
+    n.point_at(&c);
+    // The job prints the mapping as dcgm-exporter would read it while the job runs.
+    let show = format!(
+        "echo JOB=$SLURM_JOB_ID; for f in {}/*; do echo \"map $(basename $f): $(cat $f)\"; done",
+        dcgm.display()
+    );
+    let clean = c
+        .client(
+            &["srun", "-n1", "--gres=gpu:1", "sh", "-c", &show],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    eprintln!("MEASURED clean job: {clean}");
+    assert!(clean.success(), "{clean}");
+    let id = clean
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("JOB="))
+        .expect("job id")
+        .trim()
+        .to_owned();
+    // Slurm's GPU 0 is the fixture's first GPU, the lowest bus: DCGM / NVML index 0.
+    assert!(
+        clean.stdout.contains(&format!("map 0: {id}")),
+        "the prolog's mapping: {clean}"
+    );
+    assert!(wait_runs(
+        &c,
+        "gpu-affinity-epilog",
+        1,
+        Duration::from_secs(30)
+    ));
+    assert_eq!(
+        mapping_files(&dcgm),
+        Vec::<String>::new(),
+        "mapping removed"
+    );
+    let (reason, state) = reason_state(&c);
+    assert!(reason.is_empty() && state == "idle", "{state} {reason}");
+
+    // The fault appears during the job: the prolog passed, the epilog drains.
+    let (record, reason) = xid79_record(&n);
+    let kmsg = n.root.join("dev/kmsg");
+    let fault = format!("{show}; echo '{record}' >> {}", kmsg.display());
+    let job = c
+        .client(
+            &["srun", "-n1", "--gres=gpu:1", "sh", "-c", &fault],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    eprintln!("MEASURED job with a fault during it: {job}");
+    assert!(job.success(), "the job itself ran: {job}");
+    assert!(wait_runs(
+        &c,
+        "gpu-affinity-epilog",
+        2,
+        Duration::from_secs(30)
+    ));
+    let (state, got) = wait_reason(
+        &c,
+        |s, r| s.starts_with("drain") && !r.is_empty(),
+        Duration::from_secs(30),
+    );
+    let log =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-epilog.out")).unwrap_or_default();
+    eprintln!("MEASURED after the epilog: State={state} Reason={got}\nepilog log:\n{log}");
+    let ctld = c.log("slurmctld.log");
+    eprintln!(
+        "MEASURED slurmctld on the epilog:\n{}",
+        ctld.lines()
+            .filter(|l| l.contains("pilog") || l.contains("reason"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        got, reason,
+        "the suite's reason, not Slurm's `Epilog error`"
+    );
+    assert!(state.starts_with("drain"), "{state}");
+    assert_eq!(
+        mapping_files(&dcgm),
+        Vec::<String>::new(),
+        "mapping removed"
+    );
 }
