@@ -373,6 +373,16 @@ fn run_matrix() -> usize {
             bound: s(3),
         },
         Case {
+            name: "memory left without processes (epilog: warn)",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][0]["memory_used_mib"] = serde_json::json!(4096),
+            program: "epilog",
+            verdict: "warn",
+            reason: "gpu-affinity: GPU_MEM_LEFT gpu=",
+            bound: s(3),
+        },
+        Case {
             name: "NIC port DOWN",
             machine: |m| m.nics[5].ports[0].state = Some("1: DOWN".into()),
             tree: none_t,
@@ -651,6 +661,37 @@ fn run_matrix() -> usize {
         r.json["verdict"] == "ok",
         format!("{} {}", r.json["verdict"], r.json["reason"]),
     );
+
+    // The checkpoint directory's write floor (health passes only): 16 MiB written and
+    // fsynced under /fsx, always removed; a floor no disk reaches drains.
+    for (floor, verdict, reason) in [
+        ("1", "ok", ""),
+        ("1e12", "drain", "gpu-affinity: STORAGE_SLOW dir=/fsx"),
+    ] {
+        let extra =
+            format!("[storage]\ncheckpoint_dir = \"/fsx\"\ncheckpoint_floor_mbps = {floor}\n");
+        let n = node(&healthy(), &lib, &extra);
+        let r = run("health", &n.root, &n.cfg, &n.sim, &[]);
+        let evidence = r.json["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["id"] == "storage.checkpoint_bandwidth"))
+            .map(|c| c["evidence"].to_string())
+            .unwrap_or_default();
+        let left = std::fs::read_dir(n.root.join("fsx")).map_or(0, |d| d.count());
+        check(
+            &format!("checkpoint floor {floor} MB/s"),
+            r.json["verdict"] == verdict
+                && r.json["reason"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(reason))
+                && left == 0,
+            format!(
+                "{} in {} ms, {left} files left: {evidence}",
+                r.json["verdict"],
+                r.elapsed.as_millis()
+            ),
+        );
+    }
 
     let (ok, line) = bench(&lib, 20);
     check("bench", ok, line);

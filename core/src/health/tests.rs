@@ -20,6 +20,8 @@ fn healthy() -> (Inputs, Expect) {
             retired_pending: Some(false),
             nvlinks: (0..18).map(|l| (l, true)).collect(),
             persistence: Some(true),
+            compute_processes: Some(0),
+            memory_used_mib: Some(3),
             ..NvmlGpu::default()
         })
         .collect();
@@ -53,15 +55,24 @@ fn healthy() -> (Inputs, Expect) {
             writable: Ok(true),
             latency_ms: Ok(2),
         }],
+        // 64 MiB in 50 ms: about 1342 MB/s.
+        checkpoint: Ok(CheckpointProbe {
+            dir: "/fsx/ckpt".into(),
+            bytes: 64 << 20,
+            elapsed_us: 50_000,
+        }),
         gres_gpus: Some(8),
     };
     let expect = Expect {
         gpus: Some(8),
         fabric_nics: Some(32),
+        fabric_nics_from: None,
         port_rate_gbps: None,
         persistence: Some(true),
         driver: Some("550.54.15".into()),
         flap_strikes: 2,
+        leftover_memory_mib: DEFAULT_LEFTOVER_MEMORY_MIB,
+        checkpoint_floor_mbps: Some(500.0),
     };
     (inputs, expect)
 }
@@ -311,6 +322,25 @@ fn fault_matrix() {
             },
             Verdict::Drain,
             "gpu-affinity: STORAGE_STALL_TIMEOUT mount=/fsx",
+        ),
+        (
+            "slow checkpoint writes",
+            |i| {
+                // 64 MiB in 1 s: 67 MB/s, under the 500 MB/s floor.
+                if let Ok(p) = &mut i.checkpoint {
+                    p.elapsed_us = 1_000_000;
+                }
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_SLOW dir=/fsx/ckpt",
+        ),
+        (
+            "stalled checkpoint directory",
+            |i| {
+                i.checkpoint = Err(Gap::Timeout { after_ms: 5000 });
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_SLOW_TIMEOUT",
         ),
         (
             "read-only mount",
@@ -707,6 +737,45 @@ fn leftover_processes_drain_only_after_a_job() {
         r.reason().starts_with("gpu-affinity: GPU_PROCS_LEFT gpu="),
         "{}",
         r.reason()
+    );
+}
+
+#[test]
+fn memory_left_without_processes_warns_after_a_job() {
+    let (mut inputs, expect) = healthy();
+    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
+    gpus[4].memory_used_mib = Some(4096);
+    let at = |inputs: &Inputs, after_job| {
+        let scope = Scope {
+            after_job,
+            ..Scope::default()
+        };
+        let prev = PassState::default();
+        evaluate(inputs, &expect, &XidPolicy::embedded(), &scope, &prev).0
+    };
+    // During a job the memory is the job's.
+    assert_eq!(at(&inputs, false).verdict, Verdict::Ok);
+    let r = at(&inputs, true);
+    assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
+    assert!(
+        r.reason().starts_with("gpu-affinity: GPU_MEM_LEFT gpu="),
+        "{}",
+        r.reason()
+    );
+    // At the floor, or held by a process still there (the process check's case): no warning.
+    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
+    gpus[4].memory_used_mib = Some(DEFAULT_LEFTOVER_MEMORY_MIB);
+    assert_eq!(at(&inputs, true).verdict, Verdict::Ok);
+    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
+    gpus[4].memory_used_mib = Some(4096);
+    gpus[4].compute_processes = Some(1);
+    let r = at(&inputs, true);
+    assert!(
+        r.checks
+            .iter()
+            .any(|c| c.id == "gpu.leftover_memory" && c.status == Status::Pass),
+        "{}",
+        r.summary()
     );
 }
 
