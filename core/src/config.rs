@@ -564,40 +564,20 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let path =
         |key: &str, value: &Option<Spanned<String>>| absolute(key, value, "an absolute path");
-    let max_share = doc
-        .drain
-        .max_share
-        .as_ref()
-        .map(|v| {
-            let share = *v.get_ref();
-            if (0.0..=1.0).contains(&share) {
-                Ok(share)
-            } else {
-                Err(at(
-                    v.span().start,
-                    format!(
-                        "[drain] max_share = {share} is invalid: expected a fraction from 0 to 1"
-                    ),
-                ))
-            }
-        })
-        .transpose()?;
-    let port_rate_gbps = doc
-        .fabric
-        .port_rate_gbps
-        .as_ref()
-        .map(|v| {
-            let rate = *v.get_ref();
-            if rate > 0.0 {
-                Ok(rate)
-            } else {
-                Err(at(
-                    v.span().start,
-                    format!("[fabric] port_rate_gbps = {rate} is invalid: expected a rate above 0"),
-                ))
-            }
-        })
-        .transpose()?;
+    let max_share = checked_float(
+        &at,
+        "[drain] max_share",
+        &doc.drain.max_share,
+        |share| (0.0..=1.0).contains(&share),
+        "a fraction from 0 to 1",
+    )?;
+    let port_rate_gbps = checked_float(
+        &at,
+        "[fabric] port_rate_gbps",
+        &doc.fabric.port_rate_gbps,
+        |rate| rate > 0.0,
+        "a rate above 0",
+    )?;
     let handoff = doc
         .drain
         .handoff
@@ -655,6 +635,30 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     })
 }
 
+/// A float key's value when `valid` takes it; else an error naming the key, value and line.
+fn checked_float(
+    at: &impl Fn(usize, String) -> ConfigError,
+    key: &str,
+    value: &Option<Spanned<f64>>,
+    valid: impl Fn(f64) -> bool,
+    expected: &str,
+) -> Result<Option<f64>, ConfigError> {
+    value
+        .as_ref()
+        .map(|v| {
+            let x = *v.get_ref();
+            if valid(x) {
+                Ok(x)
+            } else {
+                Err(at(
+                    v.span().start,
+                    format!("{key} = {x} is invalid: expected {expected}"),
+                ))
+            }
+        })
+        .transpose()
+}
+
 /// `[storage] checkpoint_dir`, `checkpoint_floor_mbps`, `checkpoint_probe_mib`: a floor or
 /// a size without a directory is a mistake, said as one.
 fn checkpoint(
@@ -662,23 +666,13 @@ fn checkpoint(
     at: &impl Fn(usize, String) -> ConfigError,
     dir: &impl Fn(&str, &Option<Spanned<String>>) -> Result<Option<PathBuf>, ConfigError>,
 ) -> Result<Option<CheckpointConfig>, ConfigError> {
-    let floor_mbps = storage
-        .checkpoint_floor_mbps
-        .as_ref()
-        .map(|v| {
-            let floor = *v.get_ref();
-            if floor > 0.0 && floor.is_finite() {
-                Ok(floor)
-            } else {
-                Err(at(
-                    v.span().start,
-                    format!(
-                        "[storage] checkpoint_floor_mbps = {floor} is invalid: expected a rate above 0"
-                    ),
-                ))
-            }
-        })
-        .transpose()?;
+    let floor_mbps = checked_float(
+        at,
+        "[storage] checkpoint_floor_mbps",
+        &storage.checkpoint_floor_mbps,
+        |floor| floor > 0.0 && floor.is_finite(),
+        "a rate above 0",
+    )?;
     let probe_mib = storage
         .checkpoint_probe_mib
         .as_ref()

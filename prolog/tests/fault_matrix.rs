@@ -639,9 +639,12 @@ fn run_matrix() -> usize {
             && before[1].starts_with("\"ok\""),
         format!("{before:?}"),
     );
+    let append = |line: &str| {
+        let text = std::fs::read_to_string(&kmsg).expect("kmsg");
+        std::fs::write(&kmsg, format!("{text}{line}")).expect("kmsg");
+    };
     job("prolog", "42");
-    let text = std::fs::read_to_string(&kmsg).expect("kmsg");
-    std::fs::write(&kmsg, format!("{text}{}", xid(300, 48))).expect("kmsg");
+    append(&xid(300, 48));
     let during = [job("epilog", "42"), job("epilog", "43")];
     check(
         "epilog: an XID during the job; no prolog mark",
@@ -649,12 +652,7 @@ fn run_matrix() -> usize {
             && during[1].starts_with("\"drain\" \"gpu-affinity: GPU_XID_79"),
         format!("{during:?}"),
     );
-    let text = std::fs::read_to_string(&kmsg).expect("kmsg");
-    std::fs::write(
-        &kmsg,
-        format!("{text}6,400,9,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n"),
-    )
-    .expect("kmsg");
+    append("6,400,9,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n");
     let r = run("health", &n.root, &n.cfg, &n.sim, &[]);
     check(
         "XIDs before a driver load",

@@ -595,12 +595,14 @@ fn epilog_drains_on_a_fault_during_the_job_and_removes_the_job_mapping() {
         "echo JOB=$SLURM_JOB_ID; for f in {}/*; do echo \"map $(basename $f): $(cat $f)\"; done",
         dcgm.display()
     );
-    let clean = c
-        .client(
-            &["srun", "-n1", "--gres=gpu:1", "sh", "-c", &show],
+    let job_on_one_gpu = |script: &str| {
+        c.client(
+            &["srun", "-n1", "--gres=gpu:1", "sh", "-c", script],
             &ClientOptions::bounded(30),
         )
-        .expect("srun");
+        .expect("srun")
+    };
+    let clean = job_on_one_gpu(&show);
     eprintln!("MEASURED clean job: {clean}");
     assert!(clean.success(), "{clean}");
     let id = clean
@@ -633,12 +635,7 @@ fn epilog_drains_on_a_fault_during_the_job_and_removes_the_job_mapping() {
     let (record, reason) = xid79_record(&n);
     let kmsg = n.root.join("dev/kmsg");
     let fault = format!("{show}; echo '{record}' >> {}", kmsg.display());
-    let job = c
-        .client(
-            &["srun", "-n1", "--gres=gpu:1", "sh", "-c", &fault],
-            &ClientOptions::bounded(30),
-        )
-        .expect("srun");
+    let job = job_on_one_gpu(&fault);
     eprintln!("MEASURED job with a fault during it: {job}");
     assert!(job.success(), "the job itself ran: {job}");
     assert!(wait_runs(
