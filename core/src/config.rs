@@ -26,12 +26,13 @@
 //! nvml = true                   # false: skip NVML-based checks, keep sysfs and kernel-log ones
 //! persistence = true            # unset: not checked
 //! driver = "550.54.15"          # unset: not checked
+//! leftover_memory_mib = 1024    # epilog: MiB a GPU may hold with no process left (warn above)
 //!
 //! [nvml]
 //! library = "libnvidia-ml.so.1" # loaded at run time
 //!
 //! [fabric]
-//! expected_nics = 32            # unset: not checked
+//! expected_nics = 32            # unset: the detected instance type's catalog count, if any
 //! port_rate_gbps = 400          # unset: every port at the fastest port's rate
 //! flap_strikes = 3              # passes with a rising link_downed before draining; 0: off
 //!
@@ -39,6 +40,11 @@
 //! path = "/fsx"
 //! type = "lustre"               # unset: any type
 //! write = false                 # true: a create + remove probe
+//!
+//! [storage]
+//! checkpoint_dir = "/fsx/checkpoints"  # unset: no bandwidth probe
+//! checkpoint_floor_mbps = 500   # health pass: drain below this write rate (MB/s)
+//! checkpoint_probe_mib = 16     # the probe file, written + fsynced + removed (1..=1024)
 //!
 //! [drain]
 //! max_share = 0.1               # circuit breaker: share of the partition already drained
@@ -155,11 +161,14 @@ pub struct HealthConfig {
     pub nvml: Option<bool>,
     pub persistence: Option<bool>,
     pub driver: Option<String>,
+    /// `[gpu] leftover_memory_mib`; `None`: core's default.
+    pub leftover_memory_mib: Option<u32>,
     pub nvml_library: Option<PathBuf>,
     pub expected_nics: Option<u32>,
     pub port_rate_gbps: Option<f64>,
     pub flap_strikes: Option<u32>,
     pub mounts: Vec<MountConfig>,
+    pub checkpoint: Option<CheckpointConfig>,
     pub max_share: Option<f64>,
     pub resume_after: Option<u32>,
     pub handoff: Option<crate::health::drain::Handoff>,
@@ -171,6 +180,21 @@ pub struct HealthConfig {
     pub textfile: Option<PathBuf>,
     pub dcgm_job_mapping_dir: Option<PathBuf>,
 }
+
+/// `[storage] checkpoint_*`: the checkpoint directory's write-bandwidth probe.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointConfig {
+    pub dir: PathBuf,
+    /// MB/s; `None`: measured and reported, never failed.
+    pub floor_mbps: Option<f64>,
+    pub probe_mib: u32,
+}
+
+/// `[storage] checkpoint_probe_mib` unset: big enough to pass the page cache's write-back
+/// start, small enough to cost well under the storage bound on a healthy mount.
+pub const DEFAULT_CHECKPOINT_PROBE_MIB: u32 = 16;
+/// The probe never writes more than this (a typo must not fill a filesystem).
+pub const MAX_CHECKPOINT_PROBE_MIB: u32 = 1024;
 
 /// One `[[storage.mount]]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -378,6 +402,7 @@ struct GpuDoc {
     nvml: Option<bool>,
     persistence: Option<bool>,
     driver: Option<String>,
+    leftover_memory_mib: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -391,6 +416,9 @@ struct NvmlDoc {
 struct StorageDoc {
     #[serde(default)]
     mount: Vec<MountDoc>,
+    checkpoint_dir: Option<Spanned<String>>,
+    checkpoint_floor_mbps: Option<Spanned<f64>>,
+    checkpoint_probe_mib: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -536,40 +564,20 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let path =
         |key: &str, value: &Option<Spanned<String>>| absolute(key, value, "an absolute path");
-    let max_share = doc
-        .drain
-        .max_share
-        .as_ref()
-        .map(|v| {
-            let share = *v.get_ref();
-            if (0.0..=1.0).contains(&share) {
-                Ok(share)
-            } else {
-                Err(at(
-                    v.span().start,
-                    format!(
-                        "[drain] max_share = {share} is invalid: expected a fraction from 0 to 1"
-                    ),
-                ))
-            }
-        })
-        .transpose()?;
-    let port_rate_gbps = doc
-        .fabric
-        .port_rate_gbps
-        .as_ref()
-        .map(|v| {
-            let rate = *v.get_ref();
-            if rate > 0.0 {
-                Ok(rate)
-            } else {
-                Err(at(
-                    v.span().start,
-                    format!("[fabric] port_rate_gbps = {rate} is invalid: expected a rate above 0"),
-                ))
-            }
-        })
-        .transpose()?;
+    let max_share = checked_float(
+        &at,
+        "[drain] max_share",
+        &doc.drain.max_share,
+        |share| (0.0..=1.0).contains(&share),
+        "a fraction from 0 to 1",
+    )?;
+    let port_rate_gbps = checked_float(
+        &at,
+        "[fabric] port_rate_gbps",
+        &doc.fabric.port_rate_gbps,
+        |rate| rate > 0.0,
+        "a rate above 0",
+    )?;
     let handoff = doc
         .drain
         .handoff
@@ -579,6 +587,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
                 .ok_or_else(|| bad("[drain] handoff", v, "drain, hyperpod or slurm-gcp"))
         })
         .transpose()?;
+    let checkpoint = checkpoint(&doc.storage, &at, &dir)?;
     let mut mounts = Vec::new();
     for m in doc.storage.mount {
         if !m.path.get_ref().starts_with('/') {
@@ -597,11 +606,13 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         nvml: doc.gpu.nvml,
         persistence: doc.gpu.persistence,
         driver: doc.gpu.driver,
+        leftover_memory_mib: count("[gpu] leftover_memory_mib", &doc.gpu.leftover_memory_mib)?,
         nvml_library: path("[nvml] library", &doc.nvml.library)?,
         expected_nics: count("[fabric] expected_nics", &doc.fabric.expected_nics)?,
         port_rate_gbps,
         flap_strikes: count("[fabric] flap_strikes", &doc.fabric.flap_strikes)?,
         mounts,
+        checkpoint,
         max_share,
         resume_after: count("[drain] resume_after", &doc.drain.resume_after)?,
         handoff,
@@ -622,6 +633,88 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             profiles_dir: settings.fabric.profiles_dir,
         },
     })
+}
+
+/// A float key's value when `valid` takes it; else an error naming the key, value and line.
+fn checked_float(
+    at: &impl Fn(usize, String) -> ConfigError,
+    key: &str,
+    value: &Option<Spanned<f64>>,
+    valid: impl Fn(f64) -> bool,
+    expected: &str,
+) -> Result<Option<f64>, ConfigError> {
+    value
+        .as_ref()
+        .map(|v| {
+            let x = *v.get_ref();
+            if valid(x) {
+                Ok(x)
+            } else {
+                Err(at(
+                    v.span().start,
+                    format!("{key} = {x} is invalid: expected {expected}"),
+                ))
+            }
+        })
+        .transpose()
+}
+
+/// `[storage] checkpoint_dir`, `checkpoint_floor_mbps`, `checkpoint_probe_mib`: a floor or
+/// a size without a directory is a mistake, said as one.
+fn checkpoint(
+    storage: &StorageDoc,
+    at: &impl Fn(usize, String) -> ConfigError,
+    dir: &impl Fn(&str, &Option<Spanned<String>>) -> Result<Option<PathBuf>, ConfigError>,
+) -> Result<Option<CheckpointConfig>, ConfigError> {
+    let floor_mbps = checked_float(
+        at,
+        "[storage] checkpoint_floor_mbps",
+        &storage.checkpoint_floor_mbps,
+        |floor| floor > 0.0 && floor.is_finite(),
+        "a rate above 0",
+    )?;
+    let probe_mib = storage
+        .checkpoint_probe_mib
+        .as_ref()
+        .map(|v| {
+            u32::try_from(*v.get_ref())
+                .ok()
+                .filter(|n| (1..=MAX_CHECKPOINT_PROBE_MIB).contains(n))
+                .ok_or_else(|| {
+                    at(
+                        v.span().start,
+                        format!(
+                            "[storage] checkpoint_probe_mib = {} is invalid: expected 1 to {MAX_CHECKPOINT_PROBE_MIB}",
+                            v.get_ref()
+                        ),
+                    )
+                })
+        })
+        .transpose()?;
+    let Some(path) = dir("[storage] checkpoint_dir", &storage.checkpoint_dir)? else {
+        let stray = [
+            storage
+                .checkpoint_floor_mbps
+                .as_ref()
+                .map(|v| ("checkpoint_floor_mbps", v.span().start)),
+            storage
+                .checkpoint_probe_mib
+                .as_ref()
+                .map(|v| ("checkpoint_probe_mib", v.span().start)),
+        ];
+        return match stray.into_iter().flatten().next() {
+            Some((key, offset)) => Err(at(
+                offset,
+                format!("[storage] {key} needs [storage] checkpoint_dir"),
+            )),
+            None => Ok(None),
+        };
+    };
+    Ok(Some(CheckpointConfig {
+        dir: path,
+        floor_mbps,
+        probe_mib: probe_mib.unwrap_or(DEFAULT_CHECKPOINT_PROBE_MIB),
+    }))
 }
 
 /// What a `force` entry should have been, `None` when it is fine: one environment
@@ -912,7 +1005,7 @@ mod tests {
     #[test]
     fn health_keys_parse_and_errors_name_the_line() {
         let c = parse(
-            "root = \"/srv/node\"\n[gpu]\nexpected = 8\nnvml = false\n[nvml]\nlibrary = \"/opt/lib/libnvidia-ml.so.1\"\n\
+            "root = \"/srv/node\"\n[gpu]\nexpected = 8\nnvml = false\nleftover_memory_mib = 512\n[nvml]\nlibrary = \"/opt/lib/libnvidia-ml.so.1\"\n\
              [fabric]\nexpected_nics = 32\nflap_strikes = 2\n[[storage.mount]]\npath = \"/fsx\"\ntype = \"lustre\"\n\
              [drain]\nmax_share = 0.25\nresume_after = 2\nhandoff = \"slurm-gcp\"\n\
              [metrics]\ntextfile = \"/var/lib/ne/ga.prom\"\ndcgm_job_mapping_dir = \"/run/dcgm\"\n",
@@ -923,6 +1016,18 @@ mod tests {
         assert_eq!(
             (h.gpu_expected, h.nvml, h.expected_nics, h.flap_strikes),
             (Some(8), Some(false), Some(32), Some(2))
+        );
+        assert_eq!(h.leftover_memory_mib, Some(512));
+        assert_eq!(h.checkpoint, None);
+        let c = parse("[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_floor_mbps = 500\n")
+            .expect("[storage] checkpoint");
+        assert_eq!(
+            c.health.checkpoint,
+            Some(CheckpointConfig {
+                dir: PathBuf::from("/fsx/ckpt"),
+                floor_mbps: Some(500.0),
+                probe_mib: DEFAULT_CHECKPOINT_PROBE_MIB,
+            })
         );
         assert_eq!(h.mounts[0].fstype.as_deref(), Some("lustre"));
         assert_eq!((h.max_share, h.resume_after), (Some(0.25), Some(2)));
@@ -959,6 +1064,26 @@ mod tests {
             (
                 "[gpu]\nexpected = -1\n",
                 "config line 2: [gpu] expected = -1 is invalid",
+            ),
+            (
+                "[gpu]\nexpected = 8\n\nleftover_memory_mib = -5\n",
+                "config line 4: [gpu] leftover_memory_mib = -5 is invalid: expected a count of 0 or more",
+            ),
+            (
+                "[storage]\ncheckpoint_floor_mbps = 500\n",
+                "config line 2: [storage] checkpoint_floor_mbps needs [storage] checkpoint_dir",
+            ),
+            (
+                "[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_probe_mib = 4096\n",
+                "config line 3: [storage] checkpoint_probe_mib = 4096 is invalid: expected 1 to 1024",
+            ),
+            (
+                "[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_floor_mbps = -1.0\n",
+                "config line 3: [storage] checkpoint_floor_mbps = -1 is invalid",
+            ),
+            (
+                "[storage]\ncheckpoint_dir = \"ckpt\"\n",
+                "config line 2: [storage] checkpoint_dir = 'ckpt' is invalid: expected an absolute directory",
             ),
             (
                 "[gpu]\nexpect = 8\n",

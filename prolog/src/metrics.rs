@@ -38,27 +38,86 @@ pub fn textfile(report: &Report, pass_seconds: f64, now_unix: u64, held_back: u6
     out
 }
 
-/// Write the job id into `DIR/<gpu id>` for each of the job's GPUs: dcgm-exporter's
+/// Add the job to `DIR/<gpu id>` for each of the job's GPUs: dcgm-exporter's
 /// `--hpc-job-mapping-dir` format, as its hpcMapper reads it (hpc.go): a file per GPU
 /// named by the decimal DCGM GPU id ([`crate::run::dcgm_gpu_ids`]), every line of it one
-/// job label (a blank line would become an empty label, so none is written).
+/// job on that GPU (jobs sharing a GPU: one line each; a blank line would become an empty
+/// label, so none is written). Each file is rewritten whole and renamed into place, and
+/// the caller holds the run lock, so two jobs' prologs cannot lose each other's line.
 pub fn map_jobs(dir: &Path, gpus: &[u32], job: &str) -> Result<(), String> {
     for gpu in gpus {
-        crate::state::write_atomic(
-            &dir.join(gpu.to_string()),
-            format!("{job}\n").as_bytes(),
-            0o644,
-        )?;
+        let mut jobs = jobs_on(dir, *gpu)?;
+        if !jobs.iter().any(|j| j == job) {
+            jobs.push(job.to_string());
+        }
+        write_jobs(dir, *gpu, &jobs)?;
     }
     Ok(())
 }
 
-/// Remove the job's mapping files (only those that still name this job).
-pub fn unmap_jobs(dir: &Path, gpus: &[u32], job: &str) {
+/// Take the job's line out of its GPUs' files; a file left with no job is removed, so
+/// dcgm-exporter stops labelling that GPU.
+pub fn unmap_jobs(dir: &Path, gpus: &[u32], job: &str) -> Result<(), String> {
     for gpu in gpus {
-        let path = dir.join(gpu.to_string());
-        if std::fs::read_to_string(&path).is_ok_and(|t| t.lines().any(|l| l.trim() == job)) {
-            let _ = std::fs::remove_file(&path);
+        let jobs = jobs_on(dir, *gpu)?;
+        if !jobs.iter().any(|j| j == job) {
+            continue;
         }
+        let rest: Vec<String> = jobs.into_iter().filter(|j| j != job).collect();
+        write_jobs(dir, *gpu, &rest)?;
+    }
+    Ok(())
+}
+
+/// A GPU's mapping file: a few job ids (GPU sharing puts tens on one GPU, not thousands).
+const MAX_MAPPING_BYTES: u64 = 64 << 10;
+
+/// The jobs a GPU's mapping file lists (none when there is no file).
+fn jobs_on(dir: &Path, gpu: u32) -> Result<Vec<String>, String> {
+    let bytes = crate::readers::small_file(&dir.join(gpu.to_string()), MAX_MAPPING_BYTES)?;
+    Ok(String::from_utf8_lossy(&bytes.unwrap_or_default())
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+fn write_jobs(dir: &Path, gpu: u32, jobs: &[String]) -> Result<(), String> {
+    let path = dir.join(gpu.to_string());
+    if jobs.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: {e}", path.display()))
+            }
+            _ => Ok(()),
+        };
+    }
+    let text: String = jobs.iter().map(|j| format!("{j}\n")).collect();
+    crate::state::write_atomic(&path, text.as_bytes(), 0o644)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_sharing_a_gpu_get_a_line_each_and_leave_only_their_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let read = |gpu: u32| std::fs::read_to_string(dir.path().join(gpu.to_string()));
+        map_jobs(dir.path(), &[0, 3], "101").expect("map 101");
+        map_jobs(dir.path(), &[3], "102").expect("map 102");
+        map_jobs(dir.path(), &[3], "102").expect("a rerun adds nothing");
+        assert_eq!(read(0).expect("gpu 0"), "101\n");
+        assert_eq!(read(3).expect("gpu 3"), "101\n102\n");
+        unmap_jobs(dir.path(), &[0, 3], "101").expect("unmap 101");
+        assert!(read(0).is_err(), "gpu 0 had only job 101: file removed");
+        assert_eq!(read(3).expect("gpu 3"), "102\n");
+        unmap_jobs(dir.path(), &[3], "999").expect("not there: nothing changes");
+        assert_eq!(read(3).expect("gpu 3"), "102\n");
+        unmap_jobs(dir.path(), &[3], "102").expect("unmap 102");
+        assert!(read(3).is_err());
+        let names: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").collect();
+        assert!(names.is_empty(), "no temp files left: {names:?}");
     }
 }

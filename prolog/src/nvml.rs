@@ -67,6 +67,7 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
             retired_pending: device.are_pages_pending_retired().ok(),
             persistence: device.is_in_persistent_mode().ok(),
             compute_processes: device.running_compute_processes_count().ok(),
+            memory_used_mib: device.memory_info().ok().map(|m| m.used >> 20),
             recovery_action: recovery_action(&device),
             ..NvmlGpu::default()
         };

@@ -3,15 +3,15 @@
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
-use std::io::{ErrorKind, Read};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use gpu_affinity::config::MountConfig;
+use gpu_affinity::config::{CheckpointConfig, MountConfig};
 use gpu_affinity::health::parse::{counter, mount_at, mounts};
-use gpu_affinity::health::xid::{XidEvent, parse_kmsg};
-use gpu_affinity::health::{Gap, Gathered, MountProbe, SysfsData};
+use gpu_affinity::health::xid::{XidEvent, last_seq, parse_kmsg};
+use gpu_affinity::health::{CheckpointProbe, Gap, Gathered, MountProbe, SysfsData};
 use gpu_affinity::sources::sysfs;
 use gpu_affinity::trust::open_regular;
 
@@ -22,7 +22,9 @@ fn under(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-fn small_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
+/// A regular file's bytes (opened non-blocking: a FIFO planted there cannot hang a pass),
+/// at most `limit`; `None` when there is nothing at the path.
+pub(crate) fn small_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, String> {
     let file = match open_regular(path) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
@@ -79,14 +81,31 @@ pub fn read_sysfs(root: &Path) -> Gathered<SysfsData> {
     })
 }
 
+/// What the kernel log said: the XIDs that count (core's `parse_kmsg`) and where the log
+/// stood (its last record's sequence number, the prolog's mark for the epilog).
+#[derive(Debug, Default)]
+pub struct KernelLog {
+    pub xids: Vec<XidEvent>,
+    pub last_seq: Option<u64>,
+}
+
+impl KernelLog {
+    fn of(text: &str) -> KernelLog {
+        KernelLog {
+            xids: parse_kmsg(text),
+            last_seq: last_seq(text),
+        }
+    }
+}
+
 /// XIDs since boot: `/dev/kmsg` on the live node (one record per read, non-blocking, until
 /// the buffer is drained), `ROOT/dev/kmsg` as a file of records under any other root.
-pub fn read_kmsg(root: &Path) -> Gathered<Vec<XidEvent>> {
+pub fn read_kmsg(root: &Path) -> Gathered<KernelLog> {
     if root != Path::new("/") {
         let path = under(root, "dev/kmsg");
         return match small_file(&path, MAX_LOG_BYTES) {
-            Ok(Some(bytes)) => Ok(parse_kmsg(&String::from_utf8_lossy(&bytes))),
-            Ok(None) => Ok(Vec::new()),
+            Ok(Some(bytes)) => Ok(KernelLog::of(&String::from_utf8_lossy(&bytes))),
+            Ok(None) => Ok(KernelLog::default()),
             Err(e) => Err(Gap::Failed(e)),
         };
     }
@@ -110,7 +129,7 @@ pub fn read_kmsg(root: &Path) -> Gathered<Vec<XidEvent>> {
             break;
         }
     }
-    Ok(parse_kmsg(&text))
+    Ok(KernelLog::of(&text))
 }
 
 /// How a mount is probed; the seam lets tests stand in a mount whose stat never returns.
@@ -119,6 +138,34 @@ pub trait MountProber: Send + Sync + 'static {
     fn stat(&self, path: &Path) -> Result<(), String>;
     /// Create and remove a file under it.
     fn write(&self, dir: &Path, name: &str) -> Result<(), String>;
+    /// Write `bytes` into a new file under `dir`, fsync it, remove it; the time from the
+    /// create to the end of the fsync.
+    fn write_timed(&self, dir: &Path, name: &str, bytes: u64) -> Result<Duration, String>;
+}
+
+/// A new probe file under `dir` that never follows or truncates something already there
+/// (a FIFO or a link planted at the probe's name).
+fn create_probe(file: &Path) -> Result<std::fs::File, String> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(file)
+        .map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// Bytes storage cannot compress or deduplicate away (xorshift64), one MiB, reused.
+fn probe_block() -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..(1 << 20) / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect()
 }
 
 pub struct RealProber;
@@ -132,17 +179,52 @@ impl MountProber for RealProber {
 
     fn write(&self, dir: &Path, name: &str) -> Result<(), String> {
         let file = dir.join(name);
-        // create_new: never follow or truncate something already there (a FIFO or a link
-        // planted at the probe's name).
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&file)
-            .map_err(|e| format!("{}: {e}", file.display()))?;
+        create_probe(&file)?;
         std::fs::remove_file(&file).map_err(|e| format!("{}: {e}", file.display()))
     }
+
+    fn write_timed(&self, dir: &Path, name: &str, bytes: u64) -> Result<Duration, String> {
+        let file = dir.join(name);
+        let block = probe_block();
+        let t = Instant::now();
+        let mut f = create_probe(&file)?;
+        let written = (|| {
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(block.len() as u64) as usize;
+                f.write_all(&block[..n])?;
+                left -= n as u64;
+            }
+            f.sync_all()
+        })();
+        let elapsed = t.elapsed();
+        // Removed whatever the write did: the probe must never leave a file behind.
+        let removed = std::fs::remove_file(&file);
+        written.map_err(|e| format!("{}: {e}", file.display()))?;
+        removed.map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(elapsed)
+    }
+}
+
+/// The checkpoint directory's write bandwidth (`[storage] checkpoint_*`): one probe file of
+/// `probe_mib` MiB under ROOT/dir, written, fsynced, removed.
+pub fn probe_checkpoint(
+    root: &Path,
+    cfg: &CheckpointConfig,
+    node: &str,
+    prober: &dyn MountProber,
+) -> Gathered<CheckpointProbe> {
+    let dir = under(root, &cfg.dir.to_string_lossy());
+    let bytes = u64::from(cfg.probe_mib) << 20;
+    let name = format!(".gpu-affinity-bandwidth.{node}.{}", std::process::id());
+    let elapsed = prober
+        .write_timed(&dir, &name, bytes)
+        .map_err(Gap::Failed)?;
+    Ok(CheckpointProbe {
+        dir: cfg.dir.display().to_string(),
+        bytes,
+        elapsed_us: u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
+    })
 }
 
 /// Probe every configured mount: present with its type (/proc/mounts), a stat within
@@ -209,6 +291,47 @@ mod tests {
             std::thread::sleep(Duration::from_secs(3600));
             Ok(())
         }
+        fn write_timed(&self, _: &Path, _: &str, _: u64) -> Result<Duration, String> {
+            std::thread::sleep(Duration::from_secs(3600));
+            Ok(Duration::ZERO)
+        }
+    }
+
+    #[test]
+    fn the_checkpoint_probe_measures_removes_its_file_and_times_out_when_stalled() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("ckpt")).expect("ckpt");
+        let cfg = CheckpointConfig {
+            dir: "/ckpt".into(),
+            floor_mbps: Some(1.0),
+            probe_mib: 2,
+        };
+        let probe = probe_checkpoint(dir.path(), &cfg, "n1", &RealProber).expect("probe");
+        assert_eq!((probe.dir.as_str(), probe.bytes), ("/ckpt", 2 << 20));
+        assert!(probe.elapsed_us > 0);
+        let left: Vec<_> = std::fs::read_dir(dir.path().join("ckpt"))
+            .expect("dir")
+            .collect();
+        assert!(left.is_empty(), "probe file left: {left:?}");
+        // No such directory: a failure naming it, nothing created.
+        let gone = CheckpointConfig {
+            dir: "/nowhere".into(),
+            ..cfg.clone()
+        };
+        let e = probe_checkpoint(dir.path(), &gone, "n1", &RealProber).expect_err("no dir");
+        assert!(
+            matches!(&e, Gap::Failed(w) if w.contains("nowhere")),
+            "{e:?}"
+        );
+        // A stalled mount: the bounded reader gives a timeout within its bound.
+        let t = Instant::now();
+        let root = dir.path().to_path_buf();
+        let stalled = crate::bounded::start(Duration::from_millis(200), move || {
+            probe_checkpoint(&root, &cfg, "n1", &Stalled)
+        })
+        .wait();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert_eq!(stalled, Err(Gap::Timeout { after_ms: 200 }));
     }
 
     #[test]

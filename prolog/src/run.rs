@@ -11,8 +11,8 @@ use gpu_affinity::health::drain::{Action, DrainPolicy, decide};
 use gpu_affinity::health::parse::{NodeRow, gres_gpu_count};
 use gpu_affinity::health::xid::{POLICY_PATH, XidPolicy};
 use gpu_affinity::health::{
-    Class, Expect, Gap, Inputs, KMSG_BOUND_MS, NVML_BOUND_MS, Report, STORAGE_BOUND_MS,
-    SYSFS_BOUND_MS, Scope, Status, Verdict,
+    Class, DEFAULT_LEFTOVER_MEMORY_MIB, Expect, Gap, Inputs, KMSG_BOUND_MS, NVML_BOUND_MS, Report,
+    STORAGE_BOUND_MS, SYSFS_BOUND_MS, Scope, Status, Verdict,
 };
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::gpu_ids::{SlurmGpus, parse_step_gpus};
@@ -166,10 +166,15 @@ fn expect_of(c: &Config) -> Expect {
     Expect {
         gpus: h.gpu_expected,
         fabric_nics: h.expected_nics,
+        fabric_nics_from: None,
         port_rate_gbps: h.port_rate_gbps,
         persistence: h.persistence,
         driver: h.driver.clone(),
         flap_strikes: h.flap_strikes.unwrap_or(3),
+        leftover_memory_mib: h
+            .leftover_memory_mib
+            .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
+        checkpoint_floor_mbps: h.checkpoint.as_ref().and_then(|c| c.floor_mbps),
     }
 }
 
@@ -231,6 +236,24 @@ pub fn pass(
     };
     let r = root.clone();
     let kmsg = bounded::start(ms(KMSG_BOUND_MS), move || readers::read_kmsg(&r));
+    let dir = cfg
+        .health
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
+    let prev = state::load(&dir, state::owner());
+    let job = job_id();
+    // Writing a checkpoint-sized file is for the passes between jobs, not every job's
+    // prolog or epilog.
+    let checkpoint = match (&cfg.health.checkpoint, program) {
+        (Some(c), Program::Health) => {
+            let (r, c, node, p) = (root.clone(), c.clone(), node.to_string(), prober.clone());
+            Some(bounded::start(ms(STORAGE_BOUND_MS), move || {
+                readers::probe_checkpoint(&r, &c, &node, p.as_ref())
+            }))
+        }
+        _ => None,
+    };
     let mounts = {
         let (r, wanted, node) = (root.clone(), cfg.health.mounts.clone(), node.to_string());
         bounded::start(ms(STORAGE_BOUND_MS + 500), move || {
@@ -250,6 +273,12 @@ pub fn pass(
         fast_only: program == Program::Prolog,
         gpus: None,
         after_job: program == Program::Epilog,
+        // The epilog judges what the job's time added to the kernel log; without its
+        // prolog's mark (no prolog, lost state) everything since boot counts.
+        xids_after: match (program, &job) {
+            (Program::Epilog, Some(job)) => prev.job_kmsg.get(job).copied(),
+            _ => None,
+        },
     };
     let mut indices = None;
     if program != Program::Health
@@ -277,25 +306,41 @@ pub fn pass(
         .as_ref()
         .and_then(|r| r.iter().find(|row| row.name == node))
         .and_then(|row| gres_gpu_count(&row.gres));
+    let kmsg = kmsg.wait();
+    let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
     let inputs = Inputs {
         sysfs,
         nvml: nvml.map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
-        xids: kmsg.wait(),
+        xids: kmsg.map(|k| k.xids),
         mounts: mounts.wait().unwrap_or_default(),
+        checkpoint: match checkpoint {
+            Some(c) => c.wait(),
+            None if cfg.health.checkpoint.is_none() => {
+                Err(Gap::Skipped("no [storage] checkpoint_dir".into()))
+            }
+            None => Err(Gap::Skipped("the health program's pass only".into())),
+        },
         gres_gpus,
     };
-    let dir = cfg
-        .health
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
-    let prev = state::load(&dir, state::owner());
     let policy = xid_policy().unwrap_or_else(|e| {
         log_line(program, &format!("{e}; using the embedded XID policy"));
         XidPolicy::embedded()
     });
+    let expect = match &inputs.sysfs {
+        Ok(s) => gpu_affinity::health::expect::from_model(expect_of(cfg), &s.machine),
+        Err(_) => expect_of(cfg),
+    };
     let (report, mut next) =
-        gpu_affinity::health::evaluate(&inputs, &expect_of(cfg), &policy, &scope, &prev);
+        gpu_affinity::health::evaluate(&inputs, &expect, &policy, &scope, &prev);
+    if let Some(job) = &job {
+        match (program, kmsg_at) {
+            (Program::Prolog, Some(seq)) => next.mark_job(job, seq),
+            (Program::Epilog, _) => {
+                next.job_kmsg.remove(job);
+            }
+            _ => {}
+        }
+    }
     if program == Program::Health {
         next.clean_passes = if report.verdict == Verdict::Drain {
             0
@@ -304,6 +349,14 @@ pub fn pass(
         };
     }
     (report, rows, next, indices)
+}
+
+/// `SLURM_JOB_ID` as slurmd gives the prolog and epilog: a decimal job id, else none.
+fn job_id() -> Option<String> {
+    std::env::var("SLURM_JOB_ID")
+        .ok()
+        .map(|j| j.trim().to_string())
+        .filter(|j| !j.is_empty() && j.len() <= 20 && j.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn log_line(program: Program, line: &str) {
@@ -471,18 +524,14 @@ fn side_effects(
     gpus: Option<&[u32]>,
     elapsed: Duration,
 ) {
-    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
-    if let (Some(dir), Some(gpus)) = (&cfg.health.dcgm_job_mapping_dir, gpus)
-        && !job.is_empty()
-    {
-        match program {
-            Program::Prolog => {
-                if let Err(e) = crate::metrics::map_jobs(dir, gpus, &job) {
-                    log_line(program, &format!("dcgm job mapping: {e}"));
-                }
-            }
+    if let (Some(dir), Some(gpus), Some(job)) = (&cfg.health.dcgm_job_mapping_dir, gpus, job_id()) {
+        let done = match program {
+            Program::Prolog => crate::metrics::map_jobs(dir, gpus, &job),
             Program::Epilog => crate::metrics::unmap_jobs(dir, gpus, &job),
-            Program::Health => {}
+            Program::Health => Ok(()),
+        };
+        if let Err(e) = done {
+            log_line(program, &format!("dcgm job mapping: {e}"));
         }
     }
     if program == Program::Health

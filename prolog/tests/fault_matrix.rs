@@ -373,6 +373,16 @@ fn run_matrix() -> usize {
             bound: s(3),
         },
         Case {
+            name: "memory left without processes (epilog: warn)",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][0]["memory_used_mib"] = serde_json::json!(4096),
+            program: "epilog",
+            verdict: "warn",
+            reason: "gpu-affinity: GPU_MEM_LEFT gpu=",
+            bound: s(3),
+        },
+        Case {
             name: "NIC port DOWN",
             machine: |m| m.nics[5].ports[0].state = Some("1: DOWN".into()),
             tree: none_t,
@@ -591,6 +601,96 @@ fn run_matrix() -> usize {
         !log.exists() && r.code == 0 && r.json.to_string().contains("circuit breaker"),
         format!("exit {}", r.code),
     );
+    // The epilog judges what appeared during its job: an XID logged before the job's
+    // prolog read the log is not the job's; one logged during the job drains; without the
+    // prolog's mark everything since boot counts. A driver load ends older XIDs.
+    let n = node(&healthy(), &lib, "");
+    let bus = gpu_affinity::catalog::machine("p5.48xlarge")
+        .expect("catalog")
+        .gpus[0]
+        .pci
+        .to_string();
+    let xid = |seq: u32, code: u32| {
+        format!(
+            "4,{seq},1,-;NVRM: Xid (PCI:{}): {code}, pid=7, name=python\n",
+            &bus[..bus.len() - 2]
+        )
+    };
+    let kmsg = n.root.join("dev/kmsg");
+    std::fs::write(
+        &kmsg,
+        format!("6,1,1,-;Linux version 6.1\n{}", xid(200, 79)),
+    )
+    .expect("kmsg");
+    let job = |program: &str, id: &str| {
+        let r = run(
+            program,
+            &n.root,
+            &n.cfg,
+            &n.sim,
+            &[("SLURM_JOB_ID", id.into())],
+        );
+        format!("{} {}", r.json["verdict"], r.json["reason"])
+    };
+    let before = [job("prolog", "41"), job("epilog", "41")];
+    check(
+        "epilog: an XID from before the job",
+        before[0].starts_with("\"drain\" \"gpu-affinity: GPU_XID_79")
+            && before[1].starts_with("\"ok\""),
+        format!("{before:?}"),
+    );
+    let append = |line: &str| {
+        let text = std::fs::read_to_string(&kmsg).expect("kmsg");
+        std::fs::write(&kmsg, format!("{text}{line}")).expect("kmsg");
+    };
+    job("prolog", "42");
+    append(&xid(300, 48));
+    let during = [job("epilog", "42"), job("epilog", "43")];
+    check(
+        "epilog: an XID during the job; no prolog mark",
+        during[0].starts_with("\"drain\" \"gpu-affinity: GPU_XID_48")
+            && during[1].starts_with("\"drain\" \"gpu-affinity: GPU_XID_79"),
+        format!("{during:?}"),
+    );
+    append("6,400,9,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n");
+    let r = run("health", &n.root, &n.cfg, &n.sim, &[]);
+    check(
+        "XIDs before a driver load",
+        r.json["verdict"] == "ok",
+        format!("{} {}", r.json["verdict"], r.json["reason"]),
+    );
+
+    // The checkpoint directory's write floor (health passes only): 16 MiB written and
+    // fsynced under /fsx, always removed; a floor no disk reaches drains.
+    for (floor, verdict, reason) in [
+        ("1", "ok", ""),
+        ("1e12", "drain", "gpu-affinity: STORAGE_SLOW dir=/fsx"),
+    ] {
+        let extra =
+            format!("[storage]\ncheckpoint_dir = \"/fsx\"\ncheckpoint_floor_mbps = {floor}\n");
+        let n = node(&healthy(), &lib, &extra);
+        let r = run("health", &n.root, &n.cfg, &n.sim, &[]);
+        let evidence = r.json["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["id"] == "storage.checkpoint_bandwidth"))
+            .map(|c| c["evidence"].to_string())
+            .unwrap_or_default();
+        let left = std::fs::read_dir(n.root.join("fsx")).map_or(0, |d| d.count());
+        check(
+            &format!("checkpoint floor {floor} MB/s"),
+            r.json["verdict"] == verdict
+                && r.json["reason"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(reason))
+                && left == 0,
+            format!(
+                "{} in {} ms, {left} files left: {evidence}",
+                r.json["verdict"],
+                r.elapsed.as_millis()
+            ),
+        );
+    }
+
     let (ok, line) = bench(&lib, 20);
     check("bench", ok, line);
     failures

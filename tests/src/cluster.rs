@@ -501,16 +501,24 @@ impl Cluster {
         Ok(cluster)
     }
 
-    /// Copy the health binaries into lib/ (a rooted series sees only /tmp) and write their
-    /// wrappers; the slurm.conf lines that run them.
+    /// Copy the health binaries into lib/ (a rooted series sees only /tmp; all three, so a
+    /// test can also run one the way slurmd would) and write wrappers for those Slurm runs;
+    /// the slurm.conf lines that run them.
     fn health_wrappers(&self, h: &HealthSetup) -> Result<Vec<String>> {
         let (prolog, epilog, health) = plugin::health_binaries()?;
-        let mut lines = Vec::new();
-        let mut wrap = |bin: &Path, name: &str, key: &str| -> Result<()> {
+        for (bin, name) in [
+            (&prolog, "gpu-affinity-prolog"),
+            (&epilog, "gpu-affinity-epilog"),
+            (&health, "gpu-affinity-health"),
+        ] {
             let copy = self.path.join("lib").join(name);
             fs::copy(bin, &copy)
                 .context(|| format!("copy {} to {}", bin.display(), copy.display()))?;
             set_mode(&copy, 0o755)?;
+        }
+        let mut lines = Vec::new();
+        let mut wrap = |name: &str, key: &str| -> Result<()> {
+            let copy = self.path.join("lib").join(name);
             let log = self.path.join("log");
             let script = self.path.join("lib").join(format!("{name}.sh"));
             write(
@@ -528,13 +536,13 @@ impl Cluster {
             Ok(())
         };
         if h.prolog {
-            wrap(&prolog, "gpu-affinity-prolog", "Prolog")?;
+            wrap("gpu-affinity-prolog", "Prolog")?;
         }
         if h.epilog {
-            wrap(&epilog, "gpu-affinity-epilog", "Epilog")?;
+            wrap("gpu-affinity-epilog", "Epilog")?;
         }
         if let Some(interval) = h.health_interval {
-            wrap(&health, "gpu-affinity-health", "HealthCheckProgram")?;
+            wrap("gpu-affinity-health", "HealthCheckProgram")?;
             lines.push(format!("HealthCheckInterval={interval}"));
         }
         Ok(lines)
@@ -925,8 +933,13 @@ impl Cluster {
     /// quoting, so a reason holding `key=value` words (the suite's own, `gpu=...`) cannot
     /// be cut out of it reliably. Empty for none.
     pub fn node_reason(&self) -> Result<String> {
+        self.node_reason_of(&self.node)
+    }
+
+    /// [`Self::node_reason`] of any of the cluster's nodes (see [`ClusterBuilder::nodes`]).
+    pub fn node_reason_of(&self, node: &str) -> Result<String> {
         let out = self.client(
-            &["sinfo", "-h", "-N", "-n", &self.node, "-o", "%E"],
+            &["sinfo", "-h", "-N", "-n", node, "-o", "%E"],
             &ClientOptions::bounded(10),
         )?;
         if !out.success() {

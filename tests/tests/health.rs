@@ -24,6 +24,12 @@ struct Node {
 /// SLURM_CONF); the config is written before the cluster exists, so the path is fixed up
 /// by [`Node::point_at`].
 fn node(resume_after: u32) -> Node {
+    node_with(resume_after, "", "")
+}
+
+/// [`node`] with more `[drain]` keys (`drain`) and more tables after `[slurm]` (`tail`);
+/// `@DIR@` in `tail` is the node's root-owned temp dir (the fixture's and the state's parent).
+fn node_with(resume_after: u32, drain: &str, tail: &str) -> Node {
     let dir = tempfile::Builder::new()
         .prefix("gpu-affinity-health.")
         .tempdir()
@@ -42,9 +48,10 @@ fn node(resume_after: u32) -> Node {
         &config,
         format!(
             "root = \"{}\"\nstate_dir = \"{}\"\n[gpu]\nexpected = 8\nnvml = false\n\
-             [drain]\nresume_after = {resume_after}\n[slurm]\nconf = \"@SLURM_CONF@\"\n",
+             [drain]\nresume_after = {resume_after}\n{drain}[slurm]\nconf = \"@SLURM_CONF@\"\n{tail}",
             root.display(),
             dir.path().join("state").display(),
+            tail = tail.replace("@DIR@", &dir.path().display().to_string()),
         ),
     )
     .expect("config");
@@ -66,12 +73,17 @@ impl Node {
     }
 }
 
-/// This node's `sinfo %E` (the reason as set, without scontrol's `[user@time]` tail) and
-/// `%T` state.
+/// The cluster's first node's `sinfo %E` (the reason as set, without scontrol's
+/// `[user@time]` tail) and `%T` state.
 fn reason_state(c: &Cluster) -> (String, String) {
-    let reason = c.node_reason().expect("node reason");
+    reason_state_of(c, c.node())
+}
+
+/// [`reason_state`] of any node (empty reason for none).
+fn reason_state_of(c: &Cluster, node: &str) -> (String, String) {
+    let reason = c.node_reason_of(node).expect("node reason");
     // sinfo's compact state words (`drained`, `idle`); one row per partition, they agree.
-    let state = sinfo(c, &["-h", "-N", "-n", c.node(), "-o", "%T"]);
+    let state = sinfo(c, &["-h", "-N", "-n", node, "-o", "%T"]);
     let state = state.lines().next().unwrap_or_default().trim().to_owned();
     (reason, state)
 }
@@ -86,16 +98,22 @@ fn prolog_only(n: &Node) -> HealthSetup {
     }
 }
 
-/// An XID 79 (fallen off the bus) record for the node's first GPU.
-fn inject_xid79(n: &Node) -> String {
+/// An XID 79 (fallen off the bus) kmsg record for the node's first GPU (Slurm's GPU 0),
+/// logged after [`HEALTHY_KMSG`], and the drain reason it gives.
+fn xid79_record(n: &Node) -> (String, String) {
     let bus = n.machine.gpus[0].pci.to_string();
     let short = &bus[..bus.len() - 2];
-    std::fs::write(
-        n.root.join("dev/kmsg"),
-        format!("{HEALTHY_KMSG}4,2,200,-;NVRM: Xid (PCI:{short}): 79, pid=77, name=python\n"),
+    (
+        format!("4,2,200,-;NVRM: Xid (PCI:{short}): 79, pid=77, name=python"),
+        format!("gpu-affinity: GPU_XID_79 gpu={bus}"),
     )
-    .expect("kmsg");
-    format!("gpu-affinity: GPU_XID_79 gpu={bus}")
+}
+
+/// Log [`xid79_record`] in the fixture's kernel log; the reason it gives.
+fn inject_xid79(n: &Node) -> String {
+    let (record, reason) = xid79_record(n);
+    std::fs::write(n.root.join("dev/kmsg"), format!("{HEALTHY_KMSG}{record}\n")).expect("kmsg");
+    reason
 }
 
 fn start(test: &str, setup: HealthSetup) -> Option<Cluster> {
@@ -125,12 +143,17 @@ fn scontrol(c: &Cluster, args: &[&str]) {
 /// Run a health binary the way slurmd does (root, `SLURMD_NODENAME`, the cluster's
 /// `SLURM_CONF`) and return its exit code and output.
 fn run_direct(c: &Cluster, program: &str, config: &Path) -> (i32, String) {
+    run_direct_on(c, c.node(), program, config)
+}
+
+/// [`run_direct`] as `node`'s slurmd would run it.
+fn run_direct_on(c: &Cluster, node: &str, program: &str, config: &Path) -> (i32, String) {
     let bin = c.dir().join("lib").join(program);
     let (bin, config) = (bin.to_string_lossy(), config.to_string_lossy());
     // As the cluster's clients run: inside the series' Debian root when it has one, so
     // the prolog's sinfo/scontrol are that series' own (22.05's client cannot talk to a
     // 24.11 slurmctld).
-    let opts = ClientOptions::bounded(30).env("SLURMD_NODENAME", c.node());
+    let opts = ClientOptions::bounded(30).env("SLURMD_NODENAME", node);
     let out = c
         .command(&[&bin, "--config", &config], &opts)
         .expect("command")
@@ -147,9 +170,19 @@ fn wait_reason(
     want: impl Fn(&str, &str) -> bool,
     limit: Duration,
 ) -> (String, String) {
+    wait_reason_of(c, c.node(), want, limit)
+}
+
+/// Poll `node` until `want(state, reason)` or `limit`; the last (state, reason).
+fn wait_reason_of(
+    c: &Cluster,
+    node: &str,
+    want: impl Fn(&str, &str) -> bool,
+    limit: Duration,
+) -> (String, String) {
     let t = Instant::now();
     loop {
-        let (reason, state) = reason_state(c);
+        let (reason, state) = reason_state_of(c, node);
         if want(&state, &reason) || t.elapsed() > limit {
             return (state, reason);
         }
@@ -307,17 +340,14 @@ fn health_program_resumes_its_own_drain_and_leaves_an_admins() {
             &format!("reason={admin}"),
         ],
     );
-    let passes = |c: &Cluster| {
-        std::fs::read_to_string(c.dir().join("log/gpu-affinity-health.out"))
-            .unwrap_or_default()
-            .matches("exit ")
-            .count()
-    };
+    let passes = |c: &Cluster| runs_of(c, "gpu-affinity-health");
     let before = passes(&c);
-    let t = Instant::now();
-    while passes(&c) < before + 3 && t.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_runs(
+        &c,
+        "gpu-affinity-health",
+        before + 3,
+        Duration::from_secs(30),
+    );
     let (got, state) = reason_state(&c);
     eprintln!(
         "MEASURED {} health passes later: State={state} Reason={got}",
@@ -381,4 +411,265 @@ fn the_circuit_breaker_holds_back_a_drain_past_max_share() {
     let (reason, state) = reason_state(&c);
     assert!(reason.is_empty() || reason == "none", "{reason}");
     assert!(!state.starts_with("drain"), "{state}");
+}
+
+/// The fleet circuit breaker with several real slurmds (`slurmd -N`, one partition of four
+/// nodes sharing one fixture tree, so a fault is every node's and only the node a job runs
+/// on checks it). `max_share = 0.5`: one node drained with the suite's prefix by scontrol,
+/// then a real prolog failure drains a second (1 of 4 = 25% < 50%); a third node's failing
+/// prolog then finds 2 of 4 (50% >= 50%), holds its drain back and runs the job. With the
+/// fault gone, the health program run as the second node's slurmd would run it resumes
+/// that node alone: the scontrol-drained node with the suite's reason, a node an admin
+/// drained, and the held-back node stay as they were.
+#[test]
+fn the_circuit_breaker_counts_real_slurmd_nodes_and_resume_stays_on_its_node() {
+    const NODES: [&str; 4] = ["hb1", "hb2", "hb3", "hb4"];
+    let test = "the_circuit_breaker_counts_real_slurmd_nodes_and_resume_stays_on_its_node";
+    let n = node_with(1, "max_share = 0.5\n", "");
+    let Some(c) = ClusterBuilder::new()
+        .nodes(&NODES)
+        .health_programs(prolog_only(&n))
+        .start_or_skip(test)
+        .expect("cluster")
+    else {
+        return;
+    };
+    n.point_at(&c);
+    let by_scontrol = "gpu-affinity: NIC_PORT_DOWN nic=rdmap79s0/1";
+    scontrol(
+        &c,
+        &[
+            "update",
+            "nodename=hb4",
+            "state=drain",
+            &format!("reason={by_scontrol}"),
+        ],
+    );
+    let reason = inject_xid79(&n);
+    let srun_on = |node: &str| {
+        c.client(
+            &["srun", "-w", node, "-n1", "--gres=gpu:1", "echo", "RAN"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun")
+    };
+    // Below the share: the prolog drains its node, and the job does not run there.
+    let job = srun_on("hb2");
+    eprintln!("MEASURED hb2 (1 of 4 drained): {job}");
+    assert!(!job.success() && !job.stdout.contains("RAN"), "{job}");
+    let (got, state) = reason_state_of(&c, "hb2");
+    assert_eq!(got, reason, "hb2's reason");
+    assert!(state.starts_with("drain"), "hb2: {state}");
+    // At the share: held back, said loudly, the job runs.
+    let job = srun_on("hb3");
+    let log =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default();
+    eprintln!("MEASURED hb3 (2 of 4 drained): {job}\nprolog log:\n{log}");
+    assert!(job.success() && job.stdout.contains("RAN"), "{job}");
+    assert!(
+        log.contains("NOT DRAINING hb3: circuit breaker: 2 of 4 nodes in test"),
+        "{log}"
+    );
+    let (got, state) = reason_state_of(&c, "hb3");
+    assert!(
+        got.is_empty() && !state.starts_with("drain"),
+        "hb3: {state} {got}"
+    );
+    let rows = sinfo(&c, &["-h", "-N", "-o", "%N|%P|%T|%E"]);
+    eprintln!("MEASURED fleet after the breaker:\n{rows}");
+    // An admin's drain on the fourth node; then the fault goes away.
+    let admin = "admin: reseat cable";
+    scontrol(
+        &c,
+        &[
+            "update",
+            "nodename=hb1",
+            "state=drain",
+            &format!("reason={admin}"),
+        ],
+    );
+    std::fs::write(n.root.join("dev/kmsg"), HEALTHY_KMSG).expect("kmsg");
+    let (code, out) = run_direct_on(&c, "hb2", "gpu-affinity-health", &n.config);
+    eprintln!(
+        "MEASURED health on hb2 (resume_after 1): exit {code}: {}",
+        out.trim()
+    );
+    assert_eq!(code, 0, "{out}");
+    // A resumed node is `idle*` (not responding) until its slurmd registers again:
+    // slurmctld asks a node leaving DRAIN to re-register (about 1 s here). Should that
+    // request be missed on a loaded machine, the next comes with slurmctld's ping, every
+    // SlurmdTimeout / 3 = 100 s by default: wait past one.
+    let t = Instant::now();
+    let (state, got) = wait_reason_of(&c, "hb2", |s, _| s == "idle", Duration::from_secs(120));
+    eprintln!(
+        "MEASURED hb2 idle {:?} after its resume: {state} reason {got:?}",
+        t.elapsed()
+    );
+    assert_eq!(state, "idle", "hb2 resumed");
+    // 24.11 without an accounting plugin keeps the reason across a resume (measured; see
+    // core::health::drain); 22.05 and 26.05 clear it.
+    assert!(got.is_empty() || got == reason, "hb2's reason: {got}");
+    let after: Vec<(String, String)> = NODES.iter().map(|n| reason_state_of(&c, n)).collect();
+    eprintln!("MEASURED after hb2's health pass: {after:?}");
+    assert_eq!(after[0].0, admin, "hb1's admin reason kept");
+    assert!(
+        after[0].1.starts_with("drain"),
+        "hb1 still drained: {after:?}"
+    );
+    assert_eq!(
+        after[3].0, by_scontrol,
+        "hb4 left to its own health program"
+    );
+    assert!(
+        after[3].1.starts_with("drain"),
+        "hb4 still drained: {after:?}"
+    );
+    assert_eq!(after[2].1, "idle", "hb3 untouched: {after:?}");
+    // The fault back: hb2, in service again, no longer counts (even with a leftover
+    // reason), so hb3's prolog finds 1 of 4 and drains.
+    inject_xid79(&n);
+    let job = srun_on("hb3");
+    assert!(!job.success(), "{job}");
+    let (got, state) = reason_state_of(&c, "hb3");
+    eprintln!("MEASURED hb3 after hb2's resume: {state} {got}");
+    assert_eq!(got, reason, "hb3's reason");
+    assert!(state.starts_with("drain"), "hb3: {state}");
+}
+
+/// How many runs of `program` slurmd has finished (its wrapper logs `exit N` after each).
+fn runs_of(c: &Cluster, program: &str) -> usize {
+    std::fs::read_to_string(c.dir().join(format!("log/{program}.out")))
+        .unwrap_or_default()
+        .matches("exit ")
+        .count()
+}
+
+/// Wait until slurmd has finished `count` runs of `program` (srun returns before the
+/// epilog ends); false when `limit` passed first.
+fn wait_runs(c: &Cluster, program: &str, count: usize, limit: Duration) -> bool {
+    let t = Instant::now();
+    while runs_of(c, program) < count {
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    true
+}
+
+/// The dcgm-exporter mapping files in `dir` (`name: content`).
+fn mapping_files(dir: &Path) -> Vec<String> {
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .expect("mapping dir")
+        .filter_map(Result::ok)
+        .map(|e| {
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            format!("{}: {}", e.file_name().to_string_lossy(), text.trim())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// `Epilog=` the real gpu-affinity-epilog, with the prolog, which writes the dcgm-exporter
+/// job mapping the epilog removes. A clean job leaves the node idle and no mapping; a job
+/// during which the driver logs an XID on the job's GPU (the job itself appends the record
+/// to the fixture's kernel log, after the prolog read it) drains the node after the job
+/// with the suite's reason, and its mapping is removed too.
+#[test]
+fn epilog_drains_on_a_fault_during_the_job_and_removes_the_job_mapping() {
+    let n = node_with(2, "", "[metrics]\ndcgm_job_mapping_dir = \"@DIR@/dcgm\"\n");
+    let dcgm = n._dir.path().join("dcgm");
+    std::fs::create_dir(&dcgm).expect("mapping dir");
+    let setup = HealthSetup {
+        config: n.config.clone(),
+        prolog: true,
+        epilog: true,
+        health_interval: None,
+    };
+    let test = "epilog_drains_on_a_fault_during_the_job_and_removes_the_job_mapping";
+    let Some(c) = start(test, setup) else {
+        return;
+    };
+    n.point_at(&c);
+    // The job prints the mapping as dcgm-exporter would read it while the job runs.
+    let show = format!(
+        "echo JOB=$SLURM_JOB_ID; for f in {}/*; do echo \"map $(basename $f): $(cat $f)\"; done",
+        dcgm.display()
+    );
+    let job_on_one_gpu = |script: &str| {
+        c.client(
+            &["srun", "-n1", "--gres=gpu:1", "sh", "-c", script],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun")
+    };
+    let clean = job_on_one_gpu(&show);
+    eprintln!("MEASURED clean job: {clean}");
+    assert!(clean.success(), "{clean}");
+    let id = clean
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("JOB="))
+        .expect("job id")
+        .trim()
+        .to_owned();
+    // Slurm's GPU 0 is the fixture's first GPU, the lowest bus: DCGM / NVML index 0.
+    assert!(
+        clean.stdout.contains(&format!("map 0: {id}")),
+        "the prolog's mapping: {clean}"
+    );
+    assert!(wait_runs(
+        &c,
+        "gpu-affinity-epilog",
+        1,
+        Duration::from_secs(30)
+    ));
+    assert_eq!(
+        mapping_files(&dcgm),
+        Vec::<String>::new(),
+        "mapping removed"
+    );
+    let (reason, state) = reason_state(&c);
+    assert!(reason.is_empty() && state == "idle", "{state} {reason}");
+
+    // The fault appears during the job: the prolog passed, the epilog drains.
+    let (record, reason) = xid79_record(&n);
+    let kmsg = n.root.join("dev/kmsg");
+    let fault = format!("{show}; echo '{record}' >> {}", kmsg.display());
+    let job = job_on_one_gpu(&fault);
+    eprintln!("MEASURED job with a fault during it: {job}");
+    assert!(job.success(), "the job itself ran: {job}");
+    assert!(wait_runs(
+        &c,
+        "gpu-affinity-epilog",
+        2,
+        Duration::from_secs(30)
+    ));
+    let (state, got) = wait_reason(
+        &c,
+        |s, r| s.starts_with("drain") && !r.is_empty(),
+        Duration::from_secs(30),
+    );
+    let log =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-epilog.out")).unwrap_or_default();
+    eprintln!("MEASURED after the epilog: State={state} Reason={got}\nepilog log:\n{log}");
+    let ctld = c.log("slurmctld.log");
+    eprintln!(
+        "MEASURED slurmctld on the epilog:\n{}",
+        ctld.lines()
+            .filter(|l| l.contains("pilog") || l.contains("reason"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(
+        got, reason,
+        "the suite's reason, not Slurm's `Epilog error`"
+    );
+    assert!(state.starts_with("drain"), "{state}");
+    assert_eq!(
+        mapping_files(&dcgm),
+        Vec::<String>::new(),
+        "mapping removed"
+    );
 }

@@ -358,6 +358,11 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         "xid_kmsg",
         b"[  12.3] NVRM: Xid (PCI:0000:9b:00): 48, pid='<unknown>', DBE\n6,7,1,-;NVRM: Xid (0000:1a:00.0): 95, uncontained\ngarbage;;;\n",
     )?;
+    // A driver (re)load between XIDs: the ones before it stop counting.
+    c.add(
+        "xid_kmsg",
+        b"4,10,1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x\n6,20,2,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.86.15\n4,30,3,-;NVRM: Xid (PCI:0000:53:00): 48, pid=1, name=x\n",
+    )?;
     c.add("xid_policy", xid::EMBEDDED_POLICY.as_bytes())?;
     Ok(c.written)
 }

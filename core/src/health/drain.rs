@@ -5,7 +5,8 @@
 //! - a node whose row cannot be read is never changed;
 //! - a reason the suite did not write is never overwritten, never resumed;
 //! - before draining, the fleet circuit breaker: when the share of the partition's nodes that
-//!   already carry the suite's reason is at or above `max_share`, hold back (a bad check or a
+//!   are out of service (drain, fail, down) with the suite's reason is at or above
+//!   `max_share`, hold back (a bad check or a
 //!   driver update must never drain a cluster);
 //! - resume only the suite's own reason, after `resume_after` consecutive clean passes.
 
@@ -173,6 +174,11 @@ pub fn decide(
         .as_deref()
         .is_some_and(|r| policy.handoff.is_own(r));
     let foreign = row.reason.is_some() && !own_reason;
+    // The suite's reason on a node back in service is a leftover, not a drain: Slurm 24.11
+    // without an accounting plugin keeps the reason across `state=resume` (its
+    // clusteracct_storage_g_node_up, which clears it, returns early for a no-op plugin;
+    // measured). Such a node is neither resumed again nor counted by the breaker.
+    let own_drain = own_reason && drained(&row.state);
     match drain_action(report, policy.handoff) {
         Some(action) => {
             if foreign {
@@ -181,7 +187,7 @@ pub fn decide(
                     row.reason.as_deref().unwrap_or("")
                 ));
             }
-            if own_reason && drained(&row.state) {
+            if own_drain {
                 // Already drained by the suite: rewriting the reason would only churn it.
                 return match &action {
                     Action::Set { reason, .. }
@@ -203,6 +209,7 @@ pub fn decide(
                 .iter()
                 .filter(|r| {
                     r.name != node
+                        && drained(&r.state)
                         && r.reason
                             .as_deref()
                             .is_some_and(|x| policy.handoff.is_own(x))
@@ -223,6 +230,7 @@ pub fn decide(
         None if !may_resume => Action::Leave("prolog/epilog never resume".into()),
         None if foreign => Action::Leave("drained by someone else: left alone".into()),
         // slurm-gcp's words carry no owner; the cloud replaces such a node anyway.
+        None if own_reason && !own_drain => Action::Leave("healthy".into()),
         None if own_reason
             && !row
                 .reason

@@ -53,6 +53,7 @@ pub fn evaluate(
 ) -> (Report, PassState) {
     let mut next = PassState {
         clean_passes: prev.clean_passes,
+        job_kmsg: prev.job_kmsg.clone(),
         ..PassState::default()
     };
     let checks: Vec<Outcome> = CHECKS
@@ -60,7 +61,9 @@ pub fn evaluate(
         .map(|def| {
             let result = if scope.fast_only && !def.fast {
                 Result_::Skip("not in the prolog's fast pass".into())
-            } else if def.id == "gpu.leftover_processes" && !scope.after_job {
+            } else if matches!(def.id, "gpu.leftover_processes" | "gpu.leftover_memory")
+                && !scope.after_job
+            {
                 // Outside the epilog a running job's processes are expected, not left over.
                 Result_::Skip("only after a job (the epilog)".into())
             } else {
@@ -332,6 +335,15 @@ fn run(
                 .filter(|&n| n > 0)
                 .map(|n| format!("{n} compute process(es) still on the GPU after the job"))
         }),
+        "gpu.leftover_memory" => nvml_each(inputs, scope, def, |g| {
+            let used = g.memory_used_mib?;
+            (g.compute_processes == Some(0) && used > expect.leftover_memory_mib).then(|| {
+                format!(
+                    "{used} MiB in use with no process left (floor {} MiB)",
+                    expect.leftover_memory_mib
+                )
+            })
+        }),
         "gpu.retired_pages" => nvml_each(inputs, scope, def, |g| {
             (g.retired_pending == Some(true))
                 .then(|| "page retirement pending (reset the GPU)".into())
@@ -375,6 +387,7 @@ fn run(
             let found = xids
                 .iter()
                 .filter(|x| in_scope(scope, x.gpu))
+                .filter(|x| scope.xids_after.is_none_or(|after| x.seq > after))
                 .filter_map(|x| {
                     let (action, repair) = policy.action(x.code);
                     let class = match action {
@@ -396,13 +409,19 @@ fn run(
         "fabric.count" => {
             let sysfs = need!(&inputs.sysfs, false);
             let have = sysfs.machine.fabric_nics().len();
+            let from = expect
+                .fabric_nics_from
+                .as_deref()
+                .unwrap_or("[fabric] expected_nics");
             match expect.fabric_nics {
                 Some(want) if (have as u64) < u64::from(want) => Result_::Found(vec![finding(
                     def.code,
                     Some(format!("found={have} want={want}")),
-                    format!("{have} fabric NICs, expected {want}"),
+                    format!("{have} fabric NICs, expected {want} ({from})"),
                 )]),
-                Some(want) => Result_::Pass(format!("{have} fabric NICs, expected {want}")),
+                Some(want) => {
+                    Result_::Pass(format!("{have} fabric NICs, expected {want} ({from})"))
+                }
                 None => Result_::Pass(format!("{have} fabric NICs (no expectation set)")),
             }
         }
@@ -504,6 +523,26 @@ fn run(
             Result_::Found(found)
         }
         "storage.mount" | "storage.writable" | "storage.latency" => storage(def, inputs),
+        "storage.checkpoint_bandwidth" => {
+            let probe = need!(&inputs.checkpoint, true);
+            // MB/s: decimal megabytes per second, as storage vendors quote it.
+            let mbps = probe.bytes as f64 / probe.elapsed_us.max(1) as f64;
+            let text = format!(
+                "{}: {mbps:.0} MB/s ({} MiB written + fsynced in {} ms)",
+                probe.dir,
+                probe.bytes >> 20,
+                probe.elapsed_us / 1000
+            );
+            match expect.checkpoint_floor_mbps {
+                Some(floor) if mbps < floor => Result_::Found(vec![finding(
+                    def.code,
+                    Some(format!("dir={}", probe.dir)),
+                    format!("{text}, floor {floor} MB/s"),
+                )]),
+                Some(floor) => Result_::Pass(format!("{text}, floor {floor} MB/s")),
+                None => Result_::Pass(text),
+            }
+        }
         _ => Result_::Skip("unknown check".into()),
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod drain;
 pub mod eval;
+pub mod expect;
 pub mod parse;
 pub mod xid;
 
@@ -215,7 +216,7 @@ pub const CHECKS: &[CheckDef] = &[
         "GPU_XID",
         GpuFault,
         true,
-        "no critical XID in the kernel log since boot (policy: xid-policy.toml)",
+        "no critical XID in the kernel log since boot or the last driver load (the epilog: since the job's prolog; policy: xid-policy.toml)",
     ),
     check(
         "gpu.nvlink",
@@ -247,6 +248,19 @@ pub const CHECKS: &[CheckDef] = &[
         false,
         "no compute process left on the job's GPUs after it ended (epilog only)",
     ),
+    // Warn, not drain: with no process left the memory cannot grow, and the driver may
+    // still be tearing the job's contexts down when the epilog runs (it starts as soon as
+    // the job's processes are gone); a leak that stays shows in every later epilog.
+    check(
+        "gpu.leftover_memory",
+        GpuTier,
+        Warn,
+        NVML_BOUND_MS,
+        "GPU_MEM_LEFT",
+        Other,
+        false,
+        "no GPU memory above [gpu] leftover_memory_mib held with no process left after the job (epilog only)",
+    ),
     check(
         "gpu.persistence",
         GpuTier,
@@ -275,7 +289,7 @@ pub const CHECKS: &[CheckDef] = &[
         "NIC_MISSING",
         Other,
         true,
-        "every expected fabric NIC is present ([fabric] expected_nics)",
+        "every expected fabric NIC is present ([fabric] expected_nics, else the detected instance's catalog machine)",
     ),
     check(
         "fabric.port_state",
@@ -357,6 +371,16 @@ pub const CHECKS: &[CheckDef] = &[
         true,
         "each mount answers a stat within its bound",
     ),
+    check(
+        "storage.checkpoint_bandwidth",
+        Storage,
+        Drain,
+        STORAGE_BOUND_MS,
+        "STORAGE_SLOW",
+        Performance,
+        false,
+        "a [storage] checkpoint_probe_mib file written + fsynced under checkpoint_dir reaches checkpoint_floor_mbps",
+    ),
 ];
 
 pub fn check_def(id: &str) -> Option<&'static CheckDef> {
@@ -405,6 +429,9 @@ pub struct NvmlGpu {
     pub recovery_action: Option<u32>,
     /// Processes with a compute context on the GPU (NVML's running compute processes).
     pub compute_processes: Option<u32>,
+    /// Device memory in use, MiB (NVML's memory info v2 `used`, which leaves out the
+    /// driver's reserved memory).
+    pub memory_used_mib: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -426,6 +453,15 @@ pub struct MountProbe {
     pub latency_ms: Gathered<u64>,
 }
 
+/// The checkpoint directory's write probe: a file of `bytes` written, fsynced, removed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointProbe {
+    pub dir: String,
+    pub bytes: u64,
+    /// Create to fsync done.
+    pub elapsed_us: u64,
+}
+
 /// Everything a pass gathered. The prolog fills only what its fast pass needs; the rest is
 /// `Gap::Skipped`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -434,6 +470,8 @@ pub struct Inputs {
     pub nvml: Gathered<NvmlData>,
     pub xids: Gathered<Vec<xid::XidEvent>>,
     pub mounts: Vec<MountProbe>,
+    /// `[storage] checkpoint_dir`'s write bandwidth probe (skipped unless configured).
+    pub checkpoint: Gathered<CheckpointProbe>,
     /// Slurm's gres GPU count for this node, when sinfo said.
     pub gres_gpus: Option<u32>,
 }
@@ -443,12 +481,23 @@ pub struct Inputs {
 pub struct Expect {
     pub gpus: Option<u32>,
     pub fabric_nics: Option<u32>,
+    /// Where `fabric_nics` came from when not `[fabric] expected_nics` (the catalog
+    /// machine of the detected instance: [`expect::from_model`]).
+    pub fabric_nics_from: Option<String>,
     pub port_rate_gbps: Option<f64>,
     pub persistence: Option<bool>,
     pub driver: Option<String>,
     /// Passes with a rising link_downed counter before the flap check fails.
     pub flap_strikes: u32,
+    /// GPU memory (MiB) a GPU may hold with no process left after a job.
+    pub leftover_memory_mib: u64,
+    /// `[storage] checkpoint_floor_mbps`: the checkpoint directory's write floor, MB/s.
+    pub checkpoint_floor_mbps: Option<f64>,
 }
+
+/// `[gpu] leftover_memory_mib` unset: an idle GPU's `used` (v2) is a few MiB, a job's
+/// leftovers are hundreds or more.
+pub const DEFAULT_LEFTOVER_MEMORY_MIB: u64 = 1024;
 
 /// Which checks a pass runs and on which GPUs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -459,6 +508,9 @@ pub struct Scope {
     pub gpus: Option<Vec<PciAddr>>,
     /// The job has ended (the epilog): checks of what it left behind run.
     pub after_job: bool,
+    /// Count only XIDs logged after this kmsg sequence number (the epilog: where the log
+    /// stood when the job's prolog read it); `None`: since boot or the last driver load.
+    pub xids_after: Option<u64>,
 }
 
 /// What a pass remembers for the next one (kept root-owned by the binaries).
@@ -472,6 +524,31 @@ pub struct PassState {
     /// Consecutive full passes without a drain verdict.
     #[serde(default)]
     pub clean_passes: u32,
+    /// Job id -> the last kmsg sequence number its prolog saw; the epilog takes it out.
+    #[serde(default)]
+    pub job_kmsg: BTreeMap<String, u64>,
+}
+
+impl PassState {
+    /// Job marks kept at most: a job whose epilog never ran (a node rebooted mid-job) must
+    /// not grow the state forever.
+    pub const MAX_JOB_MARKS: usize = 256;
+
+    /// Remember where the kernel log stood at `job`'s start; the oldest marks go first.
+    pub fn mark_job(&mut self, job: &str, seq: u64) {
+        self.job_kmsg.insert(job.to_string(), seq);
+        while self.job_kmsg.len() > Self::MAX_JOB_MARKS {
+            let oldest = self
+                .job_kmsg
+                .iter()
+                .min_by_key(|(_, s)| **s)
+                .map(|(j, _)| j.clone());
+            match oldest {
+                Some(j) => self.job_kmsg.remove(&j),
+                None => break,
+            };
+        }
+    }
 }
 
 /// One check's outcome.

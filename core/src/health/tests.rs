@@ -20,6 +20,8 @@ fn healthy() -> (Inputs, Expect) {
             retired_pending: Some(false),
             nvlinks: (0..18).map(|l| (l, true)).collect(),
             persistence: Some(true),
+            compute_processes: Some(0),
+            memory_used_mib: Some(3),
             ..NvmlGpu::default()
         })
         .collect();
@@ -53,15 +55,24 @@ fn healthy() -> (Inputs, Expect) {
             writable: Ok(true),
             latency_ms: Ok(2),
         }],
+        // 64 MiB in 50 ms: about 1342 MB/s.
+        checkpoint: Ok(CheckpointProbe {
+            dir: "/fsx/ckpt".into(),
+            bytes: 64 << 20,
+            elapsed_us: 50_000,
+        }),
         gres_gpus: Some(8),
     };
     let expect = Expect {
         gpus: Some(8),
         fabric_nics: Some(32),
+        fabric_nics_from: None,
         port_rate_gbps: None,
         persistence: Some(true),
         driver: Some("550.54.15".into()),
         flap_strikes: 2,
+        leftover_memory_mib: DEFAULT_LEFTOVER_MEMORY_MIB,
+        checkpoint_floor_mbps: Some(500.0),
     };
     (inputs, expect)
 }
@@ -313,6 +324,25 @@ fn fault_matrix() {
             "gpu-affinity: STORAGE_STALL_TIMEOUT mount=/fsx",
         ),
         (
+            "slow checkpoint writes",
+            |i| {
+                // 64 MiB in 1 s: 67 MB/s, under the 500 MB/s floor.
+                if let Ok(p) = &mut i.checkpoint {
+                    p.elapsed_us = 1_000_000;
+                }
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_SLOW dir=/fsx/ckpt",
+        ),
+        (
+            "stalled checkpoint directory",
+            |i| {
+                i.checkpoint = Err(Gap::Timeout { after_ms: 5000 });
+            },
+            Verdict::Drain,
+            "gpu-affinity: STORAGE_SLOW_TIMEOUT",
+        ),
+        (
             "read-only mount",
             |i| {
                 i.mounts[0].writable = Ok(false);
@@ -364,7 +394,7 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
     let scope = Scope {
         fast_only: true,
         gpus: Some(vec![gpu0(&inputs)]),
-        after_job: false,
+        ..Scope::default()
     };
     let (r, _) = evaluate(
         &inputs,
@@ -377,7 +407,7 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
     let scope = Scope {
         fast_only: true,
         gpus: other.map(|g| vec![g]),
-        after_job: false,
+        ..Scope::default()
     };
     let (r, _) = evaluate(
         &inputs,
@@ -387,6 +417,53 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
         &PassState::default(),
     );
     assert_eq!(r.verdict, Verdict::Drain);
+}
+
+#[test]
+fn the_epilog_counts_only_xids_after_the_jobs_prolog() {
+    let (mut inputs, expect) = healthy();
+    let g = gpu0(&inputs);
+    inputs.xids = Ok(vec![XidEvent {
+        seq: 40,
+        gpu: Some(g),
+        code: 79,
+    }]);
+    let epilog = |after: Option<u64>| {
+        let scope = Scope {
+            after_job: true,
+            xids_after: after,
+            ..Scope::default()
+        };
+        let prev = PassState::default();
+        evaluate(&inputs, &expect, &XidPolicy::embedded(), &scope, &prev).0
+    };
+    // Logged before the job's prolog read the log (seq 40 <= 40): not this job's.
+    assert_eq!(epilog(Some(40)).verdict, Verdict::Ok);
+    // Logged during the job, or no mark (since boot): drains.
+    assert_eq!(epilog(Some(39)).verdict, Verdict::Drain);
+    assert_eq!(epilog(None).verdict, Verdict::Drain);
+}
+
+#[test]
+fn job_marks_are_carried_and_bounded() {
+    let mut prev = PassState::default();
+    for job in 0..(PassState::MAX_JOB_MARKS as u64 + 10) {
+        prev.mark_job(&job.to_string(), 1000 + job);
+    }
+    assert_eq!(prev.job_kmsg.len(), PassState::MAX_JOB_MARKS);
+    assert!(
+        !prev.job_kmsg.contains_key("0"),
+        "the oldest mark goes first"
+    );
+    let (inputs, expect) = healthy();
+    let (_, next) = evaluate(
+        &inputs,
+        &expect,
+        &XidPolicy::embedded(),
+        &Scope::default(),
+        &prev,
+    );
+    assert_eq!(next.job_kmsg, prev.job_kmsg, "a pass keeps the marks");
 }
 
 #[test]
@@ -556,6 +633,20 @@ fn circuit_breaker_holds_back_past_max_share() {
         decide(&bad, Some(&one), "n1", &p, 0, false),
         Action::Set { .. }
     ));
+    // The suite's reason left on nodes back in service (Slurm 24.11 without accounting
+    // keeps it across a resume) does not count, and such a node is not resumed again.
+    let stale = rows(&format!(
+        "n1|gpu*|mixed|gpu:8|none\nn2|gpu*|idle|gpu:8|{own}\nn3|gpu*|mixed|gpu:8|{own}\nn4|gpu*|idle|gpu:8|none\n"
+    ));
+    assert!(matches!(
+        decide(&bad, Some(&stale), "n1", &DrainPolicy::default(), 0, false),
+        Action::Set { .. }
+    ));
+    let ok = run(&healthy().0, &healthy().1);
+    assert_eq!(
+        decide(&ok, Some(&stale), "n2", &DrainPolicy::default(), 9, true),
+        Action::Leave("healthy".into())
+    );
     // Admin drains do not count against the suite.
     let admin = rows("n1|gpu*|mixed|gpu:8|none\nn2|gpu*|drained|gpu:8|admin\n");
     assert!(matches!(
@@ -646,6 +737,45 @@ fn leftover_processes_drain_only_after_a_job() {
         r.reason().starts_with("gpu-affinity: GPU_PROCS_LEFT gpu="),
         "{}",
         r.reason()
+    );
+}
+
+#[test]
+fn memory_left_without_processes_warns_after_a_job() {
+    let (mut inputs, expect) = healthy();
+    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
+    gpus[4].memory_used_mib = Some(4096);
+    let at = |inputs: &Inputs, after_job| {
+        let scope = Scope {
+            after_job,
+            ..Scope::default()
+        };
+        let prev = PassState::default();
+        evaluate(inputs, &expect, &XidPolicy::embedded(), &scope, &prev).0
+    };
+    // During a job the memory is the job's.
+    assert_eq!(at(&inputs, false).verdict, Verdict::Ok);
+    let r = at(&inputs, true);
+    assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
+    assert!(
+        r.reason().starts_with("gpu-affinity: GPU_MEM_LEFT gpu="),
+        "{}",
+        r.reason()
+    );
+    // At the floor, or held by a process still there (the process check's case): no warning.
+    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
+    gpus[4].memory_used_mib = Some(DEFAULT_LEFTOVER_MEMORY_MIB);
+    assert_eq!(at(&inputs, true).verdict, Verdict::Ok);
+    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
+    gpus[4].memory_used_mib = Some(4096);
+    gpus[4].compute_processes = Some(1);
+    let r = at(&inputs, true);
+    assert!(
+        r.checks
+            .iter()
+            .any(|c| c.id == "gpu.leftover_memory" && c.status == Status::Pass),
+        "{}",
+        r.summary()
     );
 }
 

@@ -122,22 +122,43 @@ pub struct XidEvent {
     pub code: u32,
 }
 
-/// XIDs in /dev/kmsg records (`PRI,SEQ,USEC,FLAGS;MESSAGE`, continuation lines start with a
-/// space). Plain dmesg-style lines without the header are accepted too (seq 0), so a fixture
-/// can be a copied kernel log.
-pub fn parse_kmsg(text: &str) -> Vec<XidEvent> {
+/// The line the nvidia module prints when it loads (`NVRM: loading NVIDIA UNIX x86_64 Kernel
+/// Module  550.54.15 ...`, the open module `NVRM: loading NVIDIA UNIX Open Kernel Module for
+/// x86_64 ...`): a driver (re)load initializes every GPU, so XIDs logged before it are history.
+const DRIVER_LOAD: &str = "NVRM: loading NVIDIA UNIX";
+
+/// One kmsg record: its sequence number (0 for a plain dmesg line) and message.
+fn records(text: &str) -> impl Iterator<Item = (u64, &str)> {
     text.lines()
         .filter(|l| !l.starts_with(' '))
-        .filter_map(|line| {
-            let (seq, message) = match line.split_once(';') {
-                Some((header, message)) if header.split(',').count() >= 3 => {
-                    (header.split(',').nth(1)?.trim().parse().ok()?, message)
-                }
-                _ => (0, line),
-            };
-            parse_xid_message(message).map(|(gpu, code)| XidEvent { seq, gpu, code })
+        .filter_map(|line| match line.split_once(';') {
+            Some((header, message)) if header.split(',').count() >= 3 => {
+                Some((header.split(',').nth(1)?.trim().parse().ok()?, message))
+            }
+            _ => Some((0, line)),
         })
-        .collect()
+}
+
+/// XIDs in /dev/kmsg records (`PRI,SEQ,USEC,FLAGS;MESSAGE`, continuation lines start with a
+/// space) since the last driver load ([`DRIVER_LOAD`]; else since boot, the start of the
+/// buffer). Plain dmesg-style lines without the header are accepted too (seq 0), so a
+/// fixture can be a copied kernel log.
+pub fn parse_kmsg(text: &str) -> Vec<XidEvent> {
+    let mut events = Vec::new();
+    for (seq, message) in records(text) {
+        if message.contains(DRIVER_LOAD) {
+            events.clear();
+        } else if let Some((gpu, code)) = parse_xid_message(message) {
+            events.push(XidEvent { seq, gpu, code });
+        }
+    }
+    events
+}
+
+/// The highest record sequence number in the text: where the log stood when it was read
+/// (the prolog keeps it so the epilog counts only what the job's time added).
+pub fn last_seq(text: &str) -> Option<u64> {
+    records(text).map(|(seq, _)| seq).max()
 }
 
 /// `NVRM: Xid (PCI:0000:53:00): 79, pid=..., GPU has fallen off the bus.`
@@ -223,5 +244,21 @@ mod tests {
             events[2].gpu.map(|g| g.to_string()).as_deref(),
             Some("0000:1a:00.0")
         );
+        assert_eq!(last_seq(text), Some(1202));
+        assert_eq!(last_seq(""), None);
+    }
+
+    #[test]
+    fn a_driver_load_ends_older_xids() {
+        let xid = |seq: u32, code: u32| {
+            format!("4,{seq},1,-;NVRM: Xid (PCI:0000:53:00): {code}, pid=1, name=x\n")
+        };
+        let load = "6,20,2,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n";
+        let open = "6,40,3,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.86.15\n";
+        let text = format!("{}{load}{}", xid(10, 79), xid(30, 48));
+        let events = parse_kmsg(&text);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!((events[0].seq, events[0].code), (30, 48));
+        assert!(parse_kmsg(&format!("{text}{open}")).is_empty());
     }
 }

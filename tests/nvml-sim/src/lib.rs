@@ -49,7 +49,12 @@ struct Gpu {
     recovery_action: Option<u32>,
     /// Compute processes on the GPU (pid, used bytes).
     processes: Vec<(u32, u64)>,
+    /// Device memory in use besides the processes' (memory a job left behind), MiB.
+    memory_used_mib: u64,
 }
+
+/// An 80 GiB GPU (H100 SXM).
+const MEMORY_TOTAL: c_ulonglong = 80 << 30;
 
 const SUCCESS: c_uint = 0;
 const INVALID_ARGUMENT: c_uint = 2;
@@ -342,6 +347,41 @@ pub extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
             };
         }
     }
+    SUCCESS
+}
+
+/// nvmlMemory_v2_t.
+#[repr(C)]
+pub struct Memory {
+    version: c_uint,
+    total: c_ulonglong,
+    reserved: c_ulonglong,
+    free: c_ulonglong,
+    used: c_ulonglong,
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: *mut c_void, memory: *mut Memory) -> c_uint {
+    slow();
+    let g = device!(device);
+    let used = (g.memory_used_mib << 20) + g.processes.iter().map(|p| p.1).sum::<u64>();
+    let used = used.min(MEMORY_TOTAL);
+    // SAFETY: read only after the null check `out!` makes.
+    let version = if memory.is_null() {
+        0
+    } else {
+        unsafe { (*memory).version }
+    };
+    out!(
+        memory,
+        Memory {
+            version,
+            total: MEMORY_TOTAL,
+            reserved: 0,
+            free: MEMORY_TOTAL - used,
+            used,
+        }
+    );
     SUCCESS
 }
 
