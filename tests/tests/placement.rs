@@ -3,8 +3,8 @@
 //! two blocks that do not follow the node names (pa1 and pb1 share one, pa2 and pb2 the
 //! other), so a topology that only followed the names would show wrong groups.
 //!
-//! - 22.05 (this machine's Slurm, no topology/block): the tree form, plus a gres.conf
-//!   generated from a test machine's sysfs fixture over the fake devices.
+//! - Every series: the tree form, plus a gres.conf and a NodeName layout generated from
+//!   a test machine's sysfs fixture over the fake devices (22.05 has no topology/block).
 //! - 24.11 (Debian root): the block form; `scontrol show topology` shows the blocks.
 //! - 26.05 (Debian root): topology.yaml with a block and a tree topology; slurmctld
 //!   reads it (it exits on a bad entry) and shows the blocks.
@@ -12,7 +12,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, TaskPlugin, fixture, plugin};
+use gpu_affinity_tests::{
+    ClientOptions, Cluster, ClusterBuilder, NodeShape, SlurmSeries, TaskPlugin, fixture, plugin,
+};
 
 const NODES: [&str; 4] = ["pa1", "pa2", "pb1", "pb2"];
 
@@ -90,6 +92,52 @@ fn assert_unit(shown: &str, key: &str, unit: &str, nodes: &[&str]) {
     assert_eq!(got, want, "{line}");
 }
 
+/// The series the cluster will run (the harness's choice), to generate files for.
+fn this_series() -> String {
+    SlurmSeries::from_env().map_or_else(|_| SlurmSeries::host().name, |s| s.name)
+}
+
+/// `conf gres --slurm-series` over the fake devices and `conf slurm --node-name pa1`'s
+/// NodeName line, both from `machine`'s fixture tree: the files an admin generates.
+fn generated_node(
+    dir: &Path,
+    machine: &gpu_affinity::model::Machine,
+    series: &str,
+) -> (String, String) {
+    let m = gpu_affinity::sources::fixture::realized(machine);
+    let sysfs = dir.join("sysfs");
+    fixture::write_sysfs(&m, &sysfs).expect("fixture");
+    let sysfs = sysfs.display().to_string();
+    let gres = admin(&[
+        "conf",
+        "gres",
+        "--sysfs-root",
+        &sysfs,
+        "--dev-prefix",
+        "@CLUSTER_DIR@/dev",
+        "--slurm-series",
+        series,
+    ]);
+    assert!(
+        gres.contains(&format!("# For Slurm {series} (from --slurm-series)")),
+        "{gres}"
+    );
+    let conf = admin(&[
+        "conf",
+        "slurm",
+        "--node-name",
+        "pa1",
+        "--sysfs-root",
+        &sysfs,
+    ]);
+    let node_line = conf
+        .lines()
+        .find(|l| l.starts_with("NodeName=pa1 "))
+        .unwrap_or_else(|| panic!("no NodeName line in {conf}"))
+        .to_owned();
+    (gres, node_line)
+}
+
 fn start(test: &str, builder: ClusterBuilder) -> Option<Cluster> {
     builder
         .nodes(&NODES)
@@ -99,36 +147,22 @@ fn start(test: &str, builder: ClusterBuilder) -> Option<Cluster> {
 
 #[test]
 fn tree_topology_and_generated_gres_conf_load_on_this_series() {
-    // Measured: 24.11 and 26.05 slurmctld set a node INVAL when a gres Cores= range does
-    // not cover whole sockets ("gres/gpu GRES core specification 0 ... doesn't match
-    // socket boundaries"). This test folds two NUMA nodes onto one real socket of this
-    // VM, so its per-NUMA Cores= split one socket; `conf gres` must widen Cores= to
-    // sockets for those series (left open). Until then the case runs on 22.05 only.
-    let series = std::env::var(gpu_affinity_tests::series::SERIES_ENV).unwrap_or_default();
-    if !series.is_empty() && series != "22.05" {
-        eprintln!(
-            "SKIPPED tree_topology_and_generated_gres_conf_load_on_this_series: Slurm {series} \
-             refuses Cores= that split a socket, and this VM's one socket holds both folded \
-             NUMA nodes"
-        );
-        return;
-    }
+    // 24.11+ slurmctld set a node INVAL whose gres Cores= split a socket ("doesn't match
+    // socket boundaries"). The fixture below folds two NUMA nodes onto this VM's one
+    // socket, so the node's slurm.conf layout comes from `conf slurm --node-name` over
+    // the same fixture (one socket per NUMA node, as the fixture's packages say), and
+    // `conf gres --slurm-series` widens Cores= to those sockets: both files agree.
+    let series = this_series();
     let work = tempfile::tempdir().expect("tempdir");
     let topo = topology("tree", work.path());
-    // A test machine's fixture (8 GPUs, NUMA0 = CPU 0, NUMA1 = CPU 1) -> gres.conf over
-    // the cluster's fake devices.
+    // A test machine's fixture (8 GPUs, NUMA0 = CPU 0, NUMA1 = CPU 1, a package each).
     let m = fixture::test_machine("nd-h100-v5-2cpu").expect("test machine");
-    let m = gpu_affinity::sources::fixture::realized(&m);
-    let sysfs = work.path().join("sysfs");
-    fixture::write_sysfs(&m, &sysfs).expect("fixture");
-    let gres = admin(&[
-        "conf",
-        "gres",
-        "--sysfs-root",
-        &sysfs.display().to_string(),
-        "--dev-prefix",
-        "@CLUSTER_DIR@/dev",
-    ]);
+    let (gres, node_line) = generated_node(work.path(), &m, &series);
+    assert_eq!(
+        node_line,
+        "NodeName=pa1 CPUs=2 Boards=1 SocketsPerBoard=2 CoresPerSocket=1 ThreadsPerCore=1 Gres=gpu:8"
+    );
+    let shape = NodeShape::from_slurmd_c(&node_line).expect("slurmd -C form");
     let lines = gres
         .lines()
         .filter(|l| l.starts_with("Name=gpu File=") && l.contains(" Cores="));
@@ -137,6 +171,7 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
         "tree_topology_and_generated_gres_conf_load_on_this_series",
         ClusterBuilder::new()
             .gpus(8)
+            .shape(shape)
             .task_plugin(TaskPlugin::Affinity)
             .conf_line("TopologyPlugin=topology/tree")
             .conf_file("topology.conf", &topo)
@@ -144,6 +179,11 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
     ) else {
         return;
     };
+    assert_eq!(
+        cluster.series(),
+        series,
+        "gres.conf made for the series that runs"
+    );
     let shown = show_topology(&cluster);
     // Leaves s3_1 (nn-x) and s3_2 (nn-y): the placement, not the names' order.
     assert_unit(&shown, "SwitchName", "s3_1", &["pa1", "pb1"]);
@@ -201,6 +241,69 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
         .client(&["srun", "-N4", "hostname"], &ClientOptions::bounded(30))
         .expect("srun -N4");
     assert!(out.success(), "{out}");
+}
+
+/// The defect 24.11 found: a node whose two NUMA nodes share one package (this VM's
+/// real shape, 1 socket x 2 cores, as on NPS2/SNC2 parts). Per-NUMA `Cores=0` and
+/// `Cores=1` split that socket, which 24.11+ slurmctld refuse (the node goes INVAL,
+/// measured); the generated file widens each to the whole socket there and keeps the
+/// closer per-NUMA lists on 22.05, and the node comes up idle with all 8 GPUs.
+#[test]
+fn generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later() {
+    let series = this_series();
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut m = fixture::test_machine("nd-h100-v5-2cpu").expect("test machine");
+    m.set_packages(vec![m.cpus()]);
+    let (gres, node_line) = generated_node(work.path(), &m, &series);
+    assert_eq!(
+        node_line,
+        "NodeName=pa1 CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 Gres=gpu:8"
+    );
+    let cores: Vec<&str> = gres
+        .lines()
+        .filter_map(|l| l.strip_prefix("Name=gpu File="))
+        .map(|l| l.split("Cores=").nth(1).unwrap_or("none"))
+        .collect();
+    let want = if series == "22.05" {
+        ["0", "0", "0", "0", "1", "1", "1", "1"]
+    } else {
+        ["0-1"; 8]
+    };
+    assert_eq!(cores, want, "{gres}");
+    let shape = NodeShape::from_slurmd_c(&node_line).expect("slurmd -C form");
+    let Some(cluster) = start(
+        "generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later",
+        ClusterBuilder::new()
+            .gpus(8)
+            .shape(shape)
+            .task_plugin(TaskPlugin::Affinity)
+            .conf_file("gres.conf", &gres),
+    ) else {
+        return;
+    };
+    assert_eq!(
+        cluster.series(),
+        series,
+        "gres.conf made for the series that runs"
+    );
+    // Started means every node registered idle: slurmctld took the Cores= lists.
+    let out = cluster
+        .client(
+            &[
+                "srun",
+                "-w",
+                "pa1",
+                "--gres=gpu:8",
+                "printenv",
+                "CUDA_VISIBLE_DEVICES",
+            ],
+            &ClientOptions::bounded(30),
+        )
+        .expect("run srun");
+    assert!(out.success(), "{out}");
+    assert_eq!(out.stdout.trim(), "0,1,2,3,4,5,6,7", "{out}");
+    let log = cluster.log("slurmctld.log");
+    assert!(!log.contains("socket boundaries"), "{log}");
 }
 
 #[test]

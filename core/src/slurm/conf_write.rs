@@ -49,18 +49,12 @@ pub fn slurm_core_order(machine: &Machine) -> Vec<CpuSet> {
             .unwrap_or(usize::MAX)
     };
     let sockets: Vec<&CpuSet> = sockets.iter().collect();
-    let mut keyed: Vec<((usize, usize, Option<u32>), CpuSet)> = cores
-        .into_iter()
-        .map(|c| {
-            let first = c.first();
-            (
-                (position(&sockets, first), position(&numa, first), first),
-                c,
-            )
-        })
-        .collect();
-    keyed.sort_by_key(|(k, _)| *k);
-    keyed.into_iter().map(|(_, c)| c).collect()
+    let mut cores = cores;
+    cores.sort_by_cached_key(|c| {
+        let first = c.first();
+        (position(&sockets, first), position(&numa, first), first)
+    });
+    cores
 }
 
 /// The node as slurm.conf's NodeName line describes it (`Boards=1`): the same socket
