@@ -134,3 +134,116 @@ fn explain_matrix_marks_the_plans_nics() {
         .unwrap_or_else(|| panic!("{s}"));
     assert!(row.contains("PIX*") && row.contains("SYS"), "{row}");
 }
+
+/// `cargo build -p nvml-sim` into this test's target dir (Cargo cannot depend on a
+/// cdylib): the simulator's path.
+fn nvml_sim() -> std::path::PathBuf {
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|p| Some(p.parent()?.parent()?.to_path_buf()))
+        .expect("target dir");
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "-p", "nvml-sim"])
+        .status()
+        .expect("cargo build nvml-sim");
+    let lib = target.join("libnvml_sim.so");
+    assert!(status.success() && lib.exists(), "{}", lib.display());
+    lib
+}
+
+/// GB200-like NVL domains without a cloud API: four nodes' `conf node-facts --json`, NVML
+/// (the simulator) putting nvl1/nvl2 in clique 7 and nvl3/nvl4 in clique 9 of one cluster
+/// uuid; `conf topology --from nvlink` makes one block per clique. A GPU whose fabric is
+/// not complete yet (state 2, in progress) has none, and its node is refused by name.
+#[test]
+fn node_facts_from_nvml_cliques_make_nvlink_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sim = nvml_sim();
+    let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    let machine = gpu_affinity::sources::fixture::realized(&machine);
+    let root = dir.path().join("sysfs");
+    gpu_affinity::sources::fixture::write_fixture(&machine, &root).expect("fixture");
+    let uuid = "5a1e0c2d-0000-4000-8000-00000000abcd";
+    let facts = |node: &str, clique: u32, state: u8| {
+        let gpus: Vec<serde_json::Value> = machine
+            .gpus
+            .iter()
+            .map(|g| {
+                serde_json::json!({"bus_id": format!("0000{}", g.pci).to_uppercase(),
+                    "fabric": {"cluster_uuid": uuid, "clique_id": clique, "state": state}})
+            })
+            .collect();
+        let state_file = dir.path().join(format!("{node}.json"));
+        std::fs::write(
+            &state_file,
+            serde_json::json!({"driver": "570.86.15", "gpus": gpus}).to_string(),
+        )
+        .expect("sim state");
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-affinity"))
+            .args([
+                "conf",
+                "node-facts",
+                "--json",
+                "--hostname",
+                node,
+                "--sysfs-root",
+            ])
+            .arg(&root)
+            .arg("--nvml-library")
+            .arg(&sim)
+            .env("NVML_SIM_STATE", &state_file)
+            .output()
+            .expect("node-facts");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let path = dir.path().join(format!("{node}.facts.json"));
+        std::fs::write(&path, &out.stdout).expect("facts");
+        path.display().to_string()
+    };
+    let files: Vec<String> = [("nvl1", 7), ("nvl2", 7), ("nvl3", 9), ("nvl4", 9)]
+        .iter()
+        .map(|(n, c)| facts(n, *c, 3))
+        .collect();
+    let one: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).expect("read")).expect("json");
+    assert_eq!(one["gpus"][0]["fabric"]["cluster_uuid"], uuid, "{one}");
+    assert_eq!(one["gpus"][7]["fabric"]["clique_id"], 7, "{one}");
+    let nodemap = dir.path().join("nodemap");
+    std::fs::write(&nodemap, "nvl1 nvl1\nnvl2 nvl2\nnvl3 nvl3\nnvl4 nvl4\n").expect("map");
+    let nodemap = nodemap.display().to_string();
+    let mut args = vec!["conf", "topology", "--from", "nvlink", "--nodes", &nodemap];
+    args.extend(files.iter().map(String::as_str));
+    let out = cli(&args, None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let topo = text(&out.stdout);
+    let blocks: Vec<&str> = topo
+        .lines()
+        .filter(|l| l.starts_with("BlockName="))
+        .collect();
+    assert_eq!(
+        blocks,
+        ["BlockName=b1 Nodes=nvl[1-2]", "BlockName=b2 Nodes=nvl[3-4]"],
+        "{topo}"
+    );
+    // Registration still in progress on nvl5: no fabric, so the node is named.
+    let late = facts("nvl5", 9, 2);
+    let late_facts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&late).expect("read")).expect("json");
+    assert!(
+        late_facts["gpus"][0].get("fabric").is_none(),
+        "{late_facts}"
+    );
+    std::fs::write(dir.path().join("nodemap5"), "nvl5 nvl5\n").expect("map");
+    let map5 = dir.path().join("nodemap5").display().to_string();
+    let out = cli(
+        &[
+            "conf", "topology", "--from", "nvlink", "--nodes", &map5, &late,
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("nvl5") && err.contains("no GPU with a complete NVLink fabric"),
+        "{err}"
+    );
+}

@@ -4,10 +4,14 @@
 
 pub mod write;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
+use gpu_affinity::config;
+use gpu_affinity::health::Gap;
 use gpu_affinity::model::Machine;
+use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::conf_write::{self, CoresRule, MARKER};
 use gpu_affinity::slurm::placement::{self, Source};
 use gpu_affinity::slurm::topology::{self, Topology};
@@ -50,6 +54,46 @@ struct NodeFactsArgs {
     /// Print JSON (the `--from nvlink` format) instead of text.
     #[arg(long)]
     json: bool,
+    /// The NVML library to read the NVLink fabric from [default: `[nvml] library` of
+    /// the admin config, else libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH")]
+    nvml_library: Option<PathBuf>,
+    /// The admin config naming `[nvml] library` [default: /etc/gpu-affinity/config.toml
+    /// when it exists].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// The uid the config must belong to (tests; root otherwise).
+    #[arg(long, value_name = "UID", default_value_t = trust::ROOT, hide = true)]
+    trusted_owner: u32,
+}
+
+/// NVML's bound: a wedged driver must not hang the command (Invariant 4).
+const NVML_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Each GPU's NVLink fabric from NVML (the library the flag or the config names), read
+/// in a bounded thread. No NVML (a node without the driver) is no fabric, said on stderr:
+/// the facts stay valid input, and `--from nvlink` names such nodes.
+fn nvml_fabrics(a: &NodeFactsArgs) -> Result<HashMap<PciAddr, placement::Fabric>, CliError> {
+    let library = match &a.nvml_library {
+        Some(p) => Some(p.clone()),
+        None => config::locate(a.config.as_deref(), Path::new(config::DEFAULT_CONFIG))
+            .map(|path| config::read_trusted(&path, a.trusted_owner))
+            .transpose()?
+            .and_then(|c| c.health.nvml_library),
+    };
+    match gpu_affinity_node::bounded::within(NVML_BOUND, move || {
+        gpu_affinity_node::nvml::read_fabrics(library.as_deref())
+    }) {
+        Ok(fabrics) => Ok(fabrics),
+        Err(gap) => {
+            let why = match gap {
+                Gap::Timeout { after_ms } => format!("NVML did not answer within {after_ms} ms"),
+                Gap::Failed(why) | Gap::Skipped(why) => why,
+            };
+            eprintln!("gpu-affinity: NVLink fabric not read: {why}");
+            Ok(HashMap::new())
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -275,11 +319,8 @@ fn node_facts(a: &NodeFactsArgs) -> Result<(), CliError> {
     if hostname.is_empty() {
         return Err(CliError("cannot tell the hostname; give --hostname".into()));
     }
-    // The NVLink fabric (NVML clusterUuid + cliqueId) is not read yet: nvml-wrapper 0.11
-    // has no fabric call and this crate has no unsafe. Facts without it are still valid
-    // input; `--from nvlink` then names the node as having no complete fabric.
-    eprintln!("gpu-affinity: NVLink fabric not read (no NVML fabric query in this build)");
-    let facts = placement::node_facts(&machine, &hostname, &std::collections::HashMap::new());
+    let fabrics = nvml_fabrics(a)?;
+    let facts = placement::node_facts(&machine, &hostname, &fabrics);
     if a.json {
         return emit(&(serde_json::to_string_pretty(&facts)? + "\n"));
     }

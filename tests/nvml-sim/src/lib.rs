@@ -13,6 +13,9 @@
 //! ```
 //! `"processes": [[pid, used_bytes], ...]` per GPU: its running compute processes;
 //! `"recovery_action": N` per GPU: the NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field.
+//! `"fabric": {"cluster_uuid": "<32 hex digits, dashes allowed>", "clique_id": N,
+//! "state": 3}` per GPU: its NVLink fabric (nvmlDeviceGetGpuFabricInfo[V]; `state` 3 is
+//! NVML_GPU_FABRIC_STATE_COMPLETED, the default); no `fabric`: NOT_SUPPORTED.
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
 // These are C exports that NVML's callers invoke with its pointer contract; marking them
@@ -49,6 +52,21 @@ struct Gpu {
     recovery_action: Option<u32>,
     /// Compute processes on the GPU (pid, used bytes).
     processes: Vec<(u32, u64)>,
+    /// The GPU's NVLink fabric registration; `None`: the call is not supported.
+    fabric: Option<SimFabric>,
+}
+
+#[derive(Deserialize)]
+struct SimFabric {
+    cluster_uuid: String,
+    clique_id: u32,
+    #[serde(default = "fabric_completed")]
+    state: u8,
+}
+
+/// NVML_GPU_FABRIC_STATE_COMPLETED.
+fn fabric_completed() -> u8 {
+    3
 }
 
 const SUCCESS: c_uint = 0;
@@ -56,6 +74,7 @@ const INVALID_ARGUMENT: c_uint = 2;
 const NOT_SUPPORTED: c_uint = 3;
 const INSUFFICIENT_SIZE: c_uint = 7;
 const GPU_IS_LOST: c_uint = 15;
+const ARGUMENT_VERSION_MISMATCH: c_uint = 25;
 
 // The state, read once per process on the first call; no lock a panic could poison.
 static STATE: OnceLock<State> = OnceLock::new();
@@ -387,5 +406,92 @@ pub extern "C" fn nvmlDeviceGetFieldValues(
             _ => v.nvml_return = NOT_SUPPORTED,
         }
     }
+    SUCCESS
+}
+
+/// nvmlGpuFabricInfo_t (nvml.h): cluster uuid, registration status, clique, state.
+#[repr(C)]
+pub struct GpuFabricInfo {
+    cluster_uuid: [u8; 16],
+    status: c_uint,
+    clique_id: c_uint,
+    state: u8,
+}
+
+/// nvmlGpuFabricInfo_v2_t: a version word first and a health mask after.
+#[repr(C)]
+pub struct GpuFabricInfoV2 {
+    version: c_uint,
+    cluster_uuid: [u8; 16],
+    status: c_uint,
+    clique_id: c_uint,
+    state: u8,
+    health_mask: c_uint,
+}
+
+/// NVML_STRUCT_VERSION(GpuFabricInfo, 2): the struct's size, the version in the top byte.
+const FABRIC_INFO_V2: c_uint = (std::mem::size_of::<GpuFabricInfoV2>() as c_uint) | (2 << 24);
+
+/// The GPU's fabric as (uuid bytes, clique, state); `None`: not supported.
+fn fabric_of(g: &Gpu) -> Option<([u8; 16], c_uint, u8)> {
+    let f = g.fabric.as_ref()?;
+    let hex: String = f.cluster_uuid.chars().filter(|c| *c != '-').collect();
+    let mut uuid = [0u8; 16];
+    for (i, byte) in uuid.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some((uuid, f.clique_id, f.state))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetGpuFabricInfo(
+    handle: *mut c_void,
+    info: *mut GpuFabricInfo,
+) -> c_uint {
+    slow();
+    let g = device!(handle);
+    let Some((cluster_uuid, clique_id, state)) = fabric_of(g) else {
+        return NOT_SUPPORTED;
+    };
+    out!(
+        info,
+        GpuFabricInfo {
+            cluster_uuid,
+            status: SUCCESS,
+            clique_id,
+            state,
+        }
+    );
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    handle: *mut c_void,
+    info: *mut GpuFabricInfoV2,
+) -> c_uint {
+    slow();
+    let g = device!(handle);
+    if info.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: NVML's contract: a valid pointer whose version word the caller set.
+    if unsafe { (*info).version } != FABRIC_INFO_V2 {
+        return ARGUMENT_VERSION_MISMATCH;
+    }
+    let Some((cluster_uuid, clique_id, state)) = fabric_of(g) else {
+        return NOT_SUPPORTED;
+    };
+    out!(
+        info,
+        GpuFabricInfoV2 {
+            version: FABRIC_INFO_V2,
+            cluster_uuid,
+            status: SUCCESS,
+            clique_id,
+            state,
+            health_mask: 0,
+        }
+    );
     SUCCESS
 }
