@@ -9,6 +9,7 @@ use std::path::Path;
 
 use gpu_affinity::health::{Gap, Gathered, NvmlData, NvmlGpu};
 use gpu_affinity::pci::PciAddr;
+use gpu_affinity::slurm::conf_write::NvLinks;
 use gpu_affinity::slurm::placement::Fabric;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
@@ -180,6 +181,46 @@ pub fn read_fabrics(library: Option<&Path>) -> Gathered<HashMap<PciAddr, Fabric>
         let complete = u32::from(state) == NVML_GPU_FABRIC_STATE_COMPLETED;
         if let Some(fabric) = Fabric::from_nvml(complete, uuid, clique) {
             out.insert(pci, fabric);
+        }
+    }
+    Ok(out)
+}
+
+/// Each GPU's NVLinks to the node's other GPUs by PCI address: per peer, the active
+/// links whose far end is that GPU. What Slurm's own AutoDetect=nvml counts for
+/// gres.conf `Links=` (gpu_nvml.c): a link to an NVSwitch names no GPU and counts for none.
+pub fn read_nvlink_peers(library: Option<&Path>) -> Gathered<NvLinks> {
+    let opened = open(library)?;
+    let count = opened
+        .nvml
+        .device_count()
+        .map_err(|e| Gap::Failed(format!("NVML device count: {e}")))?;
+    let devices: Vec<(PciAddr, nvml_wrapper::Device)> = (0..count)
+        .filter_map(|i| {
+            let d = opened.nvml.device_by_index(i).ok()?;
+            Some((d.pci_info().ok().and_then(|p| bus_id(&p.bus_id))?, d))
+        })
+        .collect();
+    let mut out = NvLinks::new();
+    for (pci, device) in &devices {
+        for link in 0..MAX_LINKS {
+            let wrapper = device.link_wrapper_for(link);
+            match wrapper.is_active() {
+                Ok(true) => {}
+                Ok(false) => continue,
+                // Links past the GPU's last one (or a GPU without NVLink).
+                Err(_) => break,
+            }
+            let Some(remote) = wrapper
+                .remote_pci_info()
+                .ok()
+                .and_then(|p| bus_id(&p.bus_id))
+            else {
+                continue;
+            };
+            if remote != *pci && devices.iter().any(|(p, _)| *p == remote) {
+                *out.entry(*pci).or_default().entry(remote).or_default() += 1;
+            }
         }
     }
     Ok(out)

@@ -97,18 +97,20 @@ fn this_series() -> String {
     SlurmSeries::from_env().map_or_else(|_| SlurmSeries::host().name, |s| s.name)
 }
 
-/// `conf gres --slurm-series` over the fake devices and `conf slurm --node-name pa1`'s
-/// NodeName line, both from `machine`'s fixture tree: the files an admin generates.
+/// `conf gres --slurm-series` over the fake devices (NVLinks from the NVML simulator
+/// serving `nvml`, where given) and `conf slurm --node-name pa1`'s NodeName line, both
+/// from `machine`'s fixture tree: the files an admin generates.
 fn generated_node(
     dir: &Path,
     machine: &gpu_affinity::model::Machine,
     series: &str,
+    nvml: Option<&Path>,
 ) -> (String, String) {
     let m = gpu_affinity::sources::fixture::realized(machine);
     let sysfs = dir.join("sysfs");
     fixture::write_sysfs(&m, &sysfs).expect("fixture");
     let sysfs = sysfs.display().to_string();
-    let gres = admin(&[
+    let args = [
         "conf",
         "gres",
         "--sysfs-root",
@@ -117,7 +119,19 @@ fn generated_node(
         "@CLUSTER_DIR@/dev",
         "--slurm-series",
         series,
-    ]);
+    ];
+    let gres = match nvml {
+        None => admin(&args),
+        Some(state) => {
+            let out = admin_with_nvml(&args, state);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
     assert!(
         gres.contains(&format!("# For Slurm {series} (from --slurm-series)")),
         "{gres}"
@@ -157,7 +171,7 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
     let topo = topology("tree", work.path());
     // A test machine's fixture (8 GPUs, NUMA0 = CPU 0, NUMA1 = CPU 1, a package each).
     let m = fixture::test_machine("nd-h100-v5-2cpu").expect("test machine");
-    let (gres, node_line) = generated_node(work.path(), &m, &series);
+    let (gres, node_line) = generated_node(work.path(), &m, &series, None);
     assert_eq!(
         node_line,
         "NodeName=pa1 CPUs=2 Boards=1 SocketsPerBoard=2 CoresPerSocket=1 ThreadsPerCore=1 Gres=gpu:8"
@@ -247,14 +261,22 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
 /// real shape, 1 socket x 2 cores, as on NPS2/SNC2 parts). Per-NUMA `Cores=0` and
 /// `Cores=1` split that socket, which 24.11+ slurmctld refuse (the node goes INVAL,
 /// measured); the generated file widens each to the whole socket there and keeps the
-/// closer per-NUMA lists on 22.05, and the node comes up idle with all 8 GPUs.
+/// closer per-NUMA lists on 22.05, and the node comes up idle with all 8 GPUs. The
+/// lines also carry `Links=` from NVML's GPU pairs, which slurmd and slurmctld take.
 #[test]
 fn generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later() {
     let series = this_series();
     let work = tempfile::tempdir().expect("tempdir");
     let mut m = fixture::test_machine("nd-h100-v5-2cpu").expect("test machine");
     m.set_packages(vec![m.cpus()]);
-    let (gres, node_line) = generated_node(work.path(), &m, &series);
+    let m = gpu_affinity::sources::fixture::realized(&m);
+    // NVLink-bridged pairs (GPU 2k with 2k+1, two links each), as NVML reports them.
+    let bus: Vec<String> = m.gpus.iter().map(|g| g.pci.to_string()).collect();
+    let nvml = nvml_state(work.path(), "pairs", &m, |i| {
+        let peer = &bus[i ^ 1];
+        serde_json::json!({"nvlinks": [true, true, false], "nvlink_remote": [peer, peer, peer]})
+    });
+    let (gres, node_line) = generated_node(work.path(), &m, &series, Some(&nvml));
     assert_eq!(
         node_line,
         "NodeName=pa1 CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 Gres=gpu:8"
@@ -262,7 +284,10 @@ fn generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later() {
     let cores: Vec<&str> = gres
         .lines()
         .filter_map(|l| l.strip_prefix("Name=gpu File="))
-        .map(|l| l.split("Cores=").nth(1).unwrap_or("none"))
+        .map(|l| {
+            let cores = l.split("Cores=").nth(1).unwrap_or("none");
+            cores.split(' ').next().unwrap_or(cores)
+        })
         .collect();
     let want = if series == "22.05" {
         ["0", "0", "0", "0", "1", "1", "1", "1"]
@@ -270,6 +295,13 @@ fn generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later() {
         ["0-1"; 8]
     };
     assert_eq!(cores, want, "{gres}");
+    let links: Vec<&str> = gres
+        .lines()
+        .filter_map(|l| l.split(" Links=").nth(1))
+        .collect();
+    assert_eq!(links.len(), 8, "{gres}");
+    assert_eq!(links[0], "-1,2,0,0,0,0,0,0", "{gres}");
+    assert_eq!(links[7], "0,0,0,0,0,0,2,-1", "{gres}");
     let shape = NodeShape::from_slurmd_c(&node_line).expect("slurmd -C form");
     let Some(cluster) = start(
         "generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later",
@@ -303,7 +335,15 @@ fn generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later() {
     assert!(out.success(), "{out}");
     assert_eq!(out.stdout.trim(), "0,1,2,3,4,5,6,7", "{out}");
     let log = cluster.log("slurmctld.log");
-    assert!(!log.contains("socket boundaries"), "{log}");
+    assert!(
+        !log.contains("socket boundaries") && !log.contains("Links"),
+        "{log}"
+    );
+    let log = cluster.log("slurmd-pa1.log");
+    assert!(
+        !log.contains("error: gres") && !log.contains("links"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -451,4 +491,130 @@ fn strict_refuses_a_step_across_blocks_and_prefer_warns() {
         .matches("gpu-affinity: warning: step spans 2 placement blocks")
         .count();
     assert_eq!(warned, 1, "{out}");
+}
+
+/// NVML simulator state for `machine`'s GPUs (bus ids as the fixture tree has them), each
+/// GPU given `extra` (fabric, NVLink peers) by its position.
+fn nvml_state(
+    dir: &Path,
+    name: &str,
+    machine: &gpu_affinity::model::Machine,
+    extra: impl Fn(usize) -> serde_json::Value,
+) -> std::path::PathBuf {
+    let gpus: Vec<serde_json::Value> = machine
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let mut gpu = serde_json::json!({"bus_id": g.pci.to_string()});
+            if let (Some(o), serde_json::Value::Object(more)) = (gpu.as_object_mut(), extra(i)) {
+                o.extend(more);
+            }
+            gpu
+        })
+        .collect();
+    let path = dir.join(format!("{name}.nvml.json"));
+    let state = serde_json::json!({"driver": "570.86.15", "gpus": gpus});
+    std::fs::write(&path, state.to_string()).expect("simulator state");
+    path
+}
+
+/// The admin command with the NVML simulator serving `state`: its output, unchecked.
+fn admin_with_nvml(args: &[&str], state: &Path) -> std::process::Output {
+    let cli = plugin::admin_cli().expect("build gpu-affinity");
+    let sim = plugin::nvml_sim().expect("build the NVML simulator");
+    Command::new(&cli)
+        .args(args)
+        .arg("--nvml-library")
+        .arg(&sim)
+        .env("NVML_SIM_STATE", state)
+        .output()
+        .expect("run gpu-affinity")
+}
+
+/// GB200-like NVL domains without a cloud API: four nodes' `conf node-facts --json`, NVML
+/// (the simulator) putting nvl1/nvl2 in clique 7 and nvl3/nvl4 in clique 9 of one
+/// cluster uuid; `conf topology --from nvlink` makes one block per clique. A GPU whose
+/// fabric registration is still in progress (state 2) has none, and its node is refused
+/// by name. No Slurm daemon: the files are what the other tests load.
+#[test]
+fn node_facts_from_nvml_cliques_make_nvlink_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    let machine = gpu_affinity::sources::fixture::realized(&machine);
+    let root = dir.path().join("sysfs");
+    fixture::write_sysfs(&machine, &root).expect("fixture");
+    let root = root.display().to_string();
+    let uuid = "5a1e0c2d-0000-4000-8000-00000000abcd";
+    let facts = |node: &str, clique: u32, state: u8| {
+        let sim = nvml_state(
+            dir.path(),
+            node,
+            &machine,
+            |_| serde_json::json!({"fabric": {"cluster_uuid": uuid, "clique_id": clique, "state": state}}),
+        );
+        let out = admin_with_nvml(
+            &[
+                "conf",
+                "node-facts",
+                "--json",
+                "--hostname",
+                node,
+                "--sysfs-root",
+                &root,
+            ],
+            &sim,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = dir.path().join(format!("{node}.facts.json"));
+        std::fs::write(&path, &out.stdout).expect("facts");
+        path.display().to_string()
+    };
+    let files: Vec<String> = [("nvl1", 7), ("nvl2", 7), ("nvl3", 9), ("nvl4", 9)]
+        .iter()
+        .map(|(n, c)| facts(n, *c, 3))
+        .collect();
+    let read = |path: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json")
+    };
+    let one = read(&files[0]);
+    assert_eq!(one["gpus"][0]["fabric"]["cluster_uuid"], uuid, "{one}");
+    assert_eq!(one["gpus"][7]["fabric"]["clique_id"], 7, "{one}");
+    let nodemap = dir.path().join("nodemap");
+    std::fs::write(&nodemap, "nvl1 nvl1\nnvl2 nvl2\nnvl3 nvl3\nnvl4 nvl4\n").expect("map");
+    let nodemap = nodemap.display().to_string();
+    let mut args = vec!["conf", "topology", "--from", "nvlink", "--nodes", &nodemap];
+    args.extend(files.iter().map(String::as_str));
+    let topo = admin(&args);
+    let blocks: Vec<&str> = topo
+        .lines()
+        .filter(|l| l.starts_with("BlockName="))
+        .collect();
+    assert_eq!(
+        blocks,
+        ["BlockName=b1 Nodes=nvl[1-2]", "BlockName=b2 Nodes=nvl[3-4]"],
+        "{topo}"
+    );
+    // Registration still in progress on nvl5: no fabric, so the node is named.
+    let late = facts("nvl5", 9, 2);
+    assert!(read(&late)["gpus"][0].get("fabric").is_none(), "{late}");
+    let map5 = dir.path().join("nodemap5");
+    std::fs::write(&map5, "nvl5 nvl5\n").expect("map");
+    let cli = plugin::admin_cli().expect("build gpu-affinity");
+    let out = Command::new(&cli)
+        .args(["conf", "topology", "--from", "nvlink", "--nodes"])
+        .arg(&map5)
+        .arg(&late)
+        .output()
+        .expect("run gpu-affinity");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nvl5") && err.contains("no GPU with a complete NVLink fabric"),
+        "{err}"
+    );
 }

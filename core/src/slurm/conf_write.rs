@@ -2,8 +2,15 @@
 //! from a node's discovered machine, and plugstack.conf with the plugin's line.
 //! Pure: machine or text in, text out.
 
+use std::collections::BTreeMap;
+
 use crate::cpuset::CpuSet;
 use crate::model::Machine;
+use crate::pci::PciAddr;
+
+/// GPU-to-GPU NVLinks of a node: per GPU, per peer GPU, the number of links between them
+/// (a node reader fills it from NVML; links to NVSwitches are in no entry).
+pub type NvLinks = BTreeMap<PciAddr, BTreeMap<PciAddr, u32>>;
 
 /// The line every file `gpu-affinity conf` writes carries: a file with it may be
 /// replaced by the next run, one without it (another tool's, an admin's) only by force.
@@ -184,21 +191,30 @@ impl CoresRule {
 /// on Grace), widened as `rule` needs to whole sockets of [`NodeShape::of`] (the
 /// socket view slurm.conf's NodeName line from [`node_line`] states). Never `CPUs=` with
 /// hyperthread lists, which slurmd rejects. A GPU whose NUMA node is unknown gets no
-/// `Cores=` and a comment saying why (no guess).
+/// `Cores=` and a comment saying why (no guess). `Links=` from `nvlinks` when any two of
+/// the node's GPUs share an NVLink ([`links_field`]); omitted otherwise (unknown, or
+/// only NVSwitch links, where Slurm's own AutoDetect writes all zeros).
 pub fn gres_conf(
     machine: &Machine,
     dev_prefix: &str,
     header: &str,
     rule: CoresRule,
+    nvlinks: &NvLinks,
 ) -> Result<String, ConfWriteError> {
     let order = slurm_core_order(machine);
+    let gpus = machine.gpus_in_slurm_order();
+    let peers: Vec<PciAddr> = gpus.iter().map(|g| g.pci).collect();
+    let with_links = nvlinks
+        .values()
+        .flat_map(|p| p.keys())
+        .any(|p| peers.contains(p));
     let shape = match rule {
         CoresRule::Any => None,
         _ => Some(NodeShape::of(machine)?),
     };
     let prefix = dev_prefix.trim_end_matches('/');
     let mut out = String::from(header);
-    for gpu in machine.gpus_in_slurm_order() {
+    for gpu in gpus {
         let minor = gpu
             .minor
             .ok_or_else(|| ConfWriteError::NoMinor(gpu.pci.to_string()))?;
@@ -218,18 +234,45 @@ pub fn gres_conf(
         if let (Some(shape), false) = (shape, ids.is_empty()) {
             ids = rule.widen(&ids, shape.sockets, shape.cores_per_socket);
         }
+        let links = if with_links {
+            format!(" Links={}", links_field(gpu.pci, &peers, nvlinks))
+        } else {
+            String::new()
+        };
         if ids.is_empty() {
             out.push_str(&format!(
-                "# GPU {}: NUMA node unknown, no Cores= written\nName=gpu File={prefix}/nvidia{minor}\n",
+                "# GPU {}: NUMA node unknown, no Cores= written\nName=gpu File={prefix}/nvidia{minor}{links}\n",
                 gpu.pci
             ));
         } else {
             out.push_str(&format!(
-                "Name=gpu File={prefix}/nvidia{minor} Cores={ids}\n"
+                "Name=gpu File={prefix}/nvidia{minor} Cores={ids}{links}\n"
             ));
         }
     }
     Ok(out)
+}
+
+/// gres.conf's `Links=` for `gpu` (gres.conf(5), gres.c `_links_str2array`): one number
+/// per GPU of the node in the file's order (slurmd's gres index, which is this
+/// writer's line order, one GPU a line as `Links=` requires), `-1` for the GPU itself,
+/// else the count of NVLinks to that GPU (`0`: none).
+pub fn links_field(gpu: PciAddr, peers: &[PciAddr], nvlinks: &NvLinks) -> String {
+    let mine = nvlinks.get(&gpu);
+    peers
+        .iter()
+        .map(|p| {
+            if *p == gpu {
+                "-1".to_string()
+            } else {
+                mine.and_then(|m| m.get(p))
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The plugin's plugstack line: `required /abs/gpu_affinity.so key=value ...`. Absolute,
@@ -300,7 +343,8 @@ mod tests {
     #[test]
     fn gres_lines_name_numa_cores() {
         let m = catalog::machine("p5.48xlarge").expect("catalog has p5");
-        let text = gres_conf(&m, "/dev/", "# marker\n", CoresRule::Any).expect("writes");
+        let text =
+            gres_conf(&m, "/dev/", "# marker\n", CoresRule::Any, &NvLinks::new()).expect("writes");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "# marker");
         assert_eq!(lines.len(), 9, "{text}");
@@ -376,7 +420,7 @@ mod tests {
     }
 
     fn cores_lines(m: &Machine, rule: CoresRule) -> Vec<String> {
-        gres_conf(m, "/dev", "", rule)
+        gres_conf(m, "/dev", "", rule, &NvLinks::new())
             .expect("writes")
             .lines()
             .map(|l| l.split("Cores=").nth(1).unwrap_or("-").to_string())
@@ -453,8 +497,42 @@ mod tests {
             err.to_string(),
             "slurm.conf cannot describe this node's sockets: its sockets hold 4, 3 cores"
         );
-        assert!(gres_conf(&m, "/dev", "", CoresRule::WholeSockets).is_err());
-        assert!(gres_conf(&m, "/dev", "", CoresRule::Any).is_ok());
+        assert!(gres_conf(&m, "/dev", "", CoresRule::WholeSockets, &NvLinks::new()).is_err());
+        assert!(gres_conf(&m, "/dev", "", CoresRule::Any, &NvLinks::new()).is_ok());
+    }
+
+    #[test]
+    fn links_count_nvlinks_in_line_order() {
+        // NVLink-bridged pairs (Azure NC A100 v4: 12 links each), minors against PCI
+        // order: line order follows the minors, and so do the positions.
+        let mut m = nps_machine(1, 2, false, &[0, 0, 1, 1]);
+        m.gpus[0].minor = Some(1);
+        m.gpus[1].minor = Some(0);
+        let pci: Vec<PciAddr> = m.gpus.iter().map(|g| g.pci).collect();
+        let mut links = NvLinks::new();
+        for (a, b) in [(0, 1), (2, 3)] {
+            links.entry(pci[a]).or_default().insert(pci[b], 12);
+            links.entry(pci[b]).or_default().insert(pci[a], 12);
+        }
+        let text = gres_conf(&m, "/dev", "", CoresRule::Any, &links).expect("writes");
+        let fields: Vec<&str> = text
+            .lines()
+            .map(|l| l.split("Links=").nth(1).unwrap_or("-"))
+            .collect();
+        assert_eq!(
+            fields,
+            ["-1,12,0,0", "12,-1,0,0", "0,0,-1,12", "0,0,12,-1"],
+            "{text}"
+        );
+        assert!(
+            text.starts_with("Name=gpu File=/dev/nvidia0 Cores=0-1 Links="),
+            "{text}"
+        );
+        // Links to GPUs of no line (an NVSwitch's address): no Links= at all.
+        let switch: PciAddr = "0000:ff:00.0".parse().expect("pci");
+        let only_switch = NvLinks::from([(pci[0], BTreeMap::from([(switch, 18)]))]);
+        let text = gres_conf(&m, "/dev", "", CoresRule::Any, &only_switch).expect("writes");
+        assert!(!text.contains("Links="), "{text}");
     }
 
     #[test]

@@ -4,14 +4,12 @@
 
 pub mod write;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
 use gpu_affinity::config;
-use gpu_affinity::health::Gap;
+use gpu_affinity::health::{Gap, Gathered};
 use gpu_affinity::model::Machine;
-use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::conf_write::{self, CoresRule, MARKER};
 use gpu_affinity::slurm::placement::{self, Source};
 use gpu_affinity::slurm::topology::{self, Topology};
@@ -54,8 +52,15 @@ struct NodeFactsArgs {
     /// Print JSON (the `--from nvlink` format) instead of text.
     #[arg(long)]
     json: bool,
-    /// The NVML library to read the NVLink fabric from [default: `[nvml] library` of
-    /// the admin config, else libnvidia-ml.so.1].
+    #[command(flatten)]
+    nvml: NvmlArgs,
+}
+
+/// Where NVML comes from, for the NVLink facts NVML alone knows (fabric, GPU links).
+#[derive(ClapArgs, Debug)]
+struct NvmlArgs {
+    /// The NVML library [default: `[nvml] library` of the admin config, else
+    /// libnvidia-ml.so.1].
     #[arg(long, value_name = "PATH")]
     nvml_library: Option<PathBuf>,
     /// The admin config naming `[nvml] library` [default: /etc/gpu-affinity/config.toml
@@ -70,28 +75,34 @@ struct NodeFactsArgs {
 /// NVML's bound: a wedged driver must not hang the command (Invariant 4).
 const NVML_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Each GPU's NVLink fabric from NVML (the library the flag or the config names), read
-/// in a bounded thread. No NVML (a node without the driver) is no fabric, said on stderr:
-/// the facts stay valid input, and `--from nvlink` names such nodes.
-fn nvml_fabrics(a: &NodeFactsArgs) -> Result<HashMap<PciAddr, placement::Fabric>, CliError> {
-    let library = match &a.nvml_library {
-        Some(p) => Some(p.clone()),
-        None => config::locate(a.config.as_deref(), Path::new(config::DEFAULT_CONFIG))
-            .map(|path| config::read_trusted(&path, a.trusted_owner))
-            .transpose()?
-            .and_then(|c| c.health.nvml_library),
-    };
-    match gpu_affinity_node::bounded::within(NVML_BOUND, move || {
-        gpu_affinity_node::nvml::read_fabrics(library.as_deref())
-    }) {
-        Ok(fabrics) => Ok(fabrics),
-        Err(gap) => {
-            let why = match gap {
-                Gap::Timeout { after_ms } => format!("NVML did not answer within {after_ms} ms"),
-                Gap::Failed(why) | Gap::Skipped(why) => why,
-            };
-            eprintln!("gpu-affinity: NVLink fabric not read: {why}");
-            Ok(HashMap::new())
+impl NvmlArgs {
+    /// Run one NVML reader (`what` names it) on the library the flag or the config
+    /// names, in a bounded thread. No NVML (a node without the driver) is no answer,
+    /// said on stderr: what the command writes is valid without it.
+    fn read<T: Send + 'static>(
+        &self,
+        what: &str,
+        read: fn(Option<&Path>) -> Gathered<T>,
+    ) -> Result<Option<T>, CliError> {
+        let library = match &self.nvml_library {
+            Some(p) => Some(p.clone()),
+            None => config::locate(self.config.as_deref(), Path::new(config::DEFAULT_CONFIG))
+                .map(|path| config::read_trusted(&path, self.trusted_owner))
+                .transpose()?
+                .and_then(|c| c.health.nvml_library),
+        };
+        match gpu_affinity_node::bounded::within(NVML_BOUND, move || read(library.as_deref())) {
+            Ok(value) => Ok(Some(value)),
+            Err(gap) => {
+                let why = match gap {
+                    Gap::Timeout { after_ms } => {
+                        format!("NVML did not answer within {after_ms} ms")
+                    }
+                    Gap::Failed(why) | Gap::Skipped(why) => why,
+                };
+                eprintln!("gpu-affinity: {what} not read: {why}");
+                Ok(None)
+            }
         }
     }
 }
@@ -161,6 +172,10 @@ struct GresArgs {
     dev_prefix: String,
     #[command(flatten)]
     series: SeriesArgs,
+    /// Links= come from this node's NVML (GPU-to-GPU NVLinks, matched to the tree's
+    /// GPUs by PCI address).
+    #[command(flatten)]
+    nvml: NvmlArgs,
     #[command(flatten)]
     out: Output,
 }
@@ -264,11 +279,16 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             let header = format!(
                 "{MARKER}\n# gres.conf GPU lines for this node; Cores= are Slurm core ids.\n{note}"
             );
+            let nvlinks = a
+                .nvml
+                .read("NVLinks", gpu_affinity_node::nvml::read_nvlink_peers)?
+                .unwrap_or_default();
             a.out.put(&conf_write::gres_conf(
                 &machine,
                 &a.dev_prefix,
                 &header,
                 rule,
+                &nvlinks,
             )?)
         }
         What::Plugstack(a) => {
@@ -319,7 +339,11 @@ fn node_facts(a: &NodeFactsArgs) -> Result<(), CliError> {
     if hostname.is_empty() {
         return Err(CliError("cannot tell the hostname; give --hostname".into()));
     }
-    let fabrics = nvml_fabrics(a)?;
+    // Without NVML the facts are still valid input; `--from nvlink` names such nodes.
+    let fabrics = a
+        .nvml
+        .read("NVLink fabric", gpu_affinity_node::nvml::read_fabrics)?
+        .unwrap_or_default();
     let facts = placement::node_facts(&machine, &hostname, &fabrics);
     if a.json {
         return emit(&(serde_json::to_string_pretty(&facts)? + "\n"));

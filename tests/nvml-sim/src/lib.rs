@@ -11,6 +11,7 @@
 //!            "remap_failure": false, "retired_pending": false, "nvlinks": [true, true],
 //!            "persistence": true, "lost": false}]}
 //! ```
+//! `"nvlink_remote": ["0000:54:00.0", ...]` per GPU: the bus id at the far end of each link.
 //! `"processes": [[pid, used_bytes], ...]` per GPU: its running compute processes;
 //! `"recovery_action": N` per GPU: the NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field.
 //! `"fabric": {"cluster_uuid": "<32 hex digits, dashes allowed>", "clique_id": N,
@@ -46,6 +47,8 @@ struct Gpu {
     remap_failure: bool,
     retired_pending: bool,
     nvlinks: Vec<bool>,
+    /// Per link, the bus id at its far end (another GPU, an NVSwitch).
+    nvlink_remote: Vec<String>,
     persistence: bool,
     lost: bool,
     /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value; `None`: the field is not supported.
@@ -216,33 +219,48 @@ pub struct PciInfo {
     bus_id: [c_char; 32],
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn nvmlDeviceGetPciInfo_v3(device: *mut c_void, info: *mut PciInfo) -> c_uint {
-    slow();
-    let g = device!(device);
-    if info.is_null() {
-        return INVALID_ARGUMENT;
-    }
+/// NVML's PCI info for a bus id in the state's `0000:53:00.0` form.
+fn pci_info(bus_id_text: &str) -> PciInfo {
     // NVML writes an 8-digit domain: 00000000:53:00.0.
-    let id = format!("0000{}", g.bus_id);
+    let id = format!("0000{bus_id_text}");
     let mut bus_id = [0 as c_char; 32];
     for (slot, b) in bus_id.iter_mut().zip(id.bytes().take(31)) {
         *slot = b as c_char;
     }
     let parse = |i: usize| {
-        u32::from_str_radix(g.bus_id.split([':', '.']).nth(i).unwrap_or("0"), 16).unwrap_or(0)
+        u32::from_str_radix(bus_id_text.split([':', '.']).nth(i).unwrap_or("0"), 16).unwrap_or(0)
     };
-    // SAFETY: `info` is a valid out pointer (NVML's contract), checked non-null above.
-    unsafe {
-        *info = PciInfo {
-            bus_id_legacy: [0; 16],
-            domain: parse(0),
-            bus: parse(1),
-            device: parse(2),
-            pci_device_id: 0x2330_10de,
-            pci_sub_system_id: 0,
-            bus_id,
-        };
+    PciInfo {
+        bus_id_legacy: [0; 16],
+        domain: parse(0),
+        bus: parse(1),
+        device: parse(2),
+        pci_device_id: 0x2330_10de,
+        pci_sub_system_id: 0,
+        bus_id,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetPciInfo_v3(device: *mut c_void, info: *mut PciInfo) -> c_uint {
+    slow();
+    let g = device!(device);
+    out!(info, pci_info(&g.bus_id));
+    SUCCESS
+}
+
+/// The PCI device at the far end of NVLink `link`: `nvlink_remote[link]` of the state.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    device: *mut c_void,
+    link: c_uint,
+    info: *mut PciInfo,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    match g.nvlink_remote.get(link as usize) {
+        Some(remote) => out!(info, pci_info(remote)),
+        None => return NOT_SUPPORTED,
     }
     SUCCESS
 }
