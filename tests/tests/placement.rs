@@ -152,6 +152,46 @@ fn generated_node(
     (gres, node_line)
 }
 
+/// Four nodes of `generated_node`'s making, `(series, NodeName line, gres.conf)`, with
+/// task/affinity and whatever `more` adds; checks the cluster runs that series.
+fn start_generated(
+    test: &str,
+    (series, node_line, gres): (&str, &str, &str),
+    more: impl FnOnce(ClusterBuilder) -> ClusterBuilder,
+) -> Option<Cluster> {
+    let shape = NodeShape::from_slurmd_c(node_line).expect("slurmd -C form");
+    let builder = ClusterBuilder::new()
+        .gpus(8)
+        .shape(shape)
+        .task_plugin(TaskPlugin::Affinity)
+        .conf_file("gres.conf", gres);
+    let cluster = start(test, more(builder))?;
+    assert_eq!(
+        cluster.series(),
+        series,
+        "files made for the series that runs"
+    );
+    Some(cluster)
+}
+
+/// `CUDA_VISIBLE_DEVICES` of a step on `node` with `--gres=gpu:GPUS`, which must run.
+fn step_gpus(cluster: &Cluster, node: &str, gpus: u32) -> String {
+    let gres = format!("--gres=gpu:{gpus}");
+    let args = [
+        "srun",
+        "-w",
+        node,
+        &gres,
+        "printenv",
+        "CUDA_VISIBLE_DEVICES",
+    ];
+    let out = cluster
+        .client(&args, &ClientOptions::bounded(30))
+        .expect("run srun");
+    assert!(out.success(), "{out}");
+    out.stdout.trim().to_owned()
+}
+
 fn start(test: &str, builder: ClusterBuilder) -> Option<Cluster> {
     builder
         .nodes(&NODES)
@@ -176,48 +216,26 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
         node_line,
         "NodeName=pa1 CPUs=2 Boards=1 SocketsPerBoard=2 CoresPerSocket=1 ThreadsPerCore=1 Gres=gpu:8"
     );
-    let shape = NodeShape::from_slurmd_c(&node_line).expect("slurmd -C form");
     let lines = gres
         .lines()
         .filter(|l| l.starts_with("Name=gpu File=") && l.contains(" Cores="));
     assert_eq!(lines.count(), 8, "{gres}");
-    let Some(cluster) = start(
+    let Some(cluster) = start_generated(
         "tree_topology_and_generated_gres_conf_load_on_this_series",
-        ClusterBuilder::new()
-            .gpus(8)
-            .shape(shape)
-            .task_plugin(TaskPlugin::Affinity)
-            .conf_line("TopologyPlugin=topology/tree")
-            .conf_file("topology.conf", &topo)
-            .conf_file("gres.conf", &gres),
+        (&series, &node_line, &gres),
+        |b| {
+            b.conf_line("TopologyPlugin=topology/tree")
+                .conf_file("topology.conf", &topo)
+        },
     ) else {
         return;
     };
-    assert_eq!(
-        cluster.series(),
-        series,
-        "gres.conf made for the series that runs"
-    );
     let shown = show_topology(&cluster);
     // Leaves s3_1 (nn-x) and s3_2 (nn-y): the placement, not the names' order.
     assert_unit(&shown, "SwitchName", "s3_1", &["pa1", "pb1"]);
     assert_unit(&shown, "SwitchName", "s3_2", &["pa2", "pb2"]);
     // slurmd took the generated gres.conf: all 8 GPUs, and a step gets two of them.
-    let out = cluster
-        .client(
-            &[
-                "srun",
-                "-w",
-                "pb2",
-                "--gres=gpu:2",
-                "printenv",
-                "CUDA_VISIBLE_DEVICES",
-            ],
-            &ClientOptions::bounded(30),
-        )
-        .expect("run srun");
-    assert!(out.success(), "{out}");
-    assert_eq!(out.stdout.trim(), "0,1", "{out}");
+    assert_eq!(step_gpus(&cluster, "pb2", 2), "0,1");
     let node = cluster
         .client(
             &["scontrol", "-o", "show", "node", "pb2"],
@@ -302,38 +320,15 @@ fn generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later() {
     assert_eq!(links.len(), 8, "{gres}");
     assert_eq!(links[0], "-1,2,0,0,0,0,0,0", "{gres}");
     assert_eq!(links[7], "0,0,0,0,0,0,2,-1", "{gres}");
-    let shape = NodeShape::from_slurmd_c(&node_line).expect("slurmd -C form");
-    let Some(cluster) = start(
+    let Some(cluster) = start_generated(
         "generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later",
-        ClusterBuilder::new()
-            .gpus(8)
-            .shape(shape)
-            .task_plugin(TaskPlugin::Affinity)
-            .conf_file("gres.conf", &gres),
+        (&series, &node_line, &gres),
+        |b| b,
     ) else {
         return;
     };
-    assert_eq!(
-        cluster.series(),
-        series,
-        "gres.conf made for the series that runs"
-    );
     // Started means every node registered idle: slurmctld took the Cores= lists.
-    let out = cluster
-        .client(
-            &[
-                "srun",
-                "-w",
-                "pa1",
-                "--gres=gpu:8",
-                "printenv",
-                "CUDA_VISIBLE_DEVICES",
-            ],
-            &ClientOptions::bounded(30),
-        )
-        .expect("run srun");
-    assert!(out.success(), "{out}");
-    assert_eq!(out.stdout.trim(), "0,1,2,3,4,5,6,7", "{out}");
+    assert_eq!(step_gpus(&cluster, "pa1", 8), "0,1,2,3,4,5,6,7");
     let log = cluster.log("slurmctld.log");
     assert!(
         !log.contains("socket boundaries") && !log.contains("Links"),
