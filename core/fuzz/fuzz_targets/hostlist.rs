@@ -13,6 +13,10 @@ use libfuzzer_sys::fuzz_target;
 
 /// `expand(compress(names)) == names`, and `compress_sorted` is the sorted set.
 fn round_trips(names: &[impl AsRef<str> + std::fmt::Debug]) {
+    // No names compress to "", which is no hostlist (expand refuses it).
+    if names.is_empty() {
+        return;
+    }
     let Ok(compressed) = hostlist::compress(names) else {
         return;
     };
