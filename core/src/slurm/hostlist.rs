@@ -103,10 +103,12 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
     let mut group: Option<Group> = None;
     for name in names {
         let name = name.as_ref();
+        // Whitespace as `expand` trims it (Unicode's, so a vertical tab too): a name
+        // holding any would not come back as written.
         if name.is_empty()
             || name
-                .bytes()
-                .any(|b| matches!(b, b'[' | b']' | b',') || b.is_ascii_whitespace())
+                .chars()
+                .any(|c| matches!(c, '[' | ']' | ',') || c.is_whitespace())
         {
             return Err(HostlistError::BadName(name.chars().take(80).collect()));
         }
@@ -279,6 +281,15 @@ mod tests {
         assert_eq!(text, "Rack1-k\u{3d1}[066-067],\u{451}1");
         assert_eq!(expand(&text).expect("round trip"), names);
         assert!(compress_sorted(&names).is_ok());
+    }
+
+    /// Found by the `hostlist` fuzz target: a vertical tab is whitespace to `expand`'s
+    /// trim but was not to `compress`, so `ra\x0b` came back as `ra`.
+    #[test]
+    fn names_with_any_whitespace_do_not_compress() {
+        for name in ["ra\u{b}", "a\u{a0}b", "x y"] {
+            assert!(compress(&[name]).is_err(), "{name:?}");
+        }
     }
 
     #[test]
