@@ -48,6 +48,11 @@ pub fn expand_bounded(text: &str, max_names: u64) -> Result<Vec<String>, Hostlis
         if item.is_empty() {
             return Err(HostlistError::Empty);
         }
+        // Slurm separates names by blanks too (`hostlist_create`); refused rather than
+        // read as one name, so a name `compress` cannot write back never comes out.
+        if outside_brackets(item).any(char::is_whitespace) {
+            return Err(HostlistError::BadName(item.chars().take(80).collect()));
+        }
         let mut names = vec![String::new()];
         let mut rest = item;
         while let Some(open) = rest.find('[') {
@@ -235,6 +240,19 @@ pub fn contains(text: &str, name: &str) -> Result<bool, HostlistError> {
     Ok(expand(text)?.iter().any(|n| n == name))
 }
 
+/// The characters of `item` outside its brackets.
+fn outside_brackets(item: &str) -> impl Iterator<Item = char> + '_ {
+    let mut depth = 0u32;
+    item.chars().filter(move |&c| {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            _ => return depth == 0,
+        }
+        false
+    })
+}
+
 /// Split at commas outside brackets.
 fn split_top(text: &str) -> Result<Vec<&str>, HostlistError> {
     let mut out = Vec::new();
@@ -281,6 +299,16 @@ mod tests {
         assert_eq!(text, "Rack1-k\u{3d1}[066-067],\u{451}1");
         assert_eq!(expand(&text).expect("round trip"), names);
         assert!(compress_sorted(&names).is_ok());
+    }
+
+    /// Found by the `slurm_topology` fuzz target: `nodes: a b` in topology.yaml read as
+    /// one name with a blank, which no hostlist can write back (Slurm reads two names).
+    #[test]
+    fn blanks_between_names_are_refused_not_joined() {
+        assert!(matches!(expand("a b"), Err(HostlistError::BadName(_))));
+        assert!(matches!(expand("n[1-2] x"), Err(HostlistError::BadName(_))));
+        // Blanks around names and inside brackets are fine, as before.
+        assert_eq!(expand(" n1, n[2, 4] ").expect("valid"), ["n1", "n2", "n4"]);
     }
 
     /// Found by the `hostlist` fuzz target: a vertical tab is whitespace to `expand`'s
