@@ -478,7 +478,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         // The message quotes the file (a value, the source line): a control character
         // there (a lone CR, an escaped "\n" in a TOML string) would break the one line
         // the front ends print into two, in the Slurm log too.
-        message: printable(&message),
+        message: crate::text::printable(&message),
     };
     let doc: ConfigDoc = toml::from_str(text).map_err(|e| {
         let offset = e.span().map_or(0, |s| s.start);
@@ -746,19 +746,6 @@ fn source_line(text: &str, offset: usize) -> &str {
     let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
     let end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
     text[start..end].trim()
-}
-
-/// `text` with every control character escaped (`\r`, `\u{1}`), so it prints as one line.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 fn one_line(text: &str) -> String {

@@ -26,4 +26,5 @@ pub mod slurm;
 pub mod solver;
 pub mod sources;
 pub mod step_files;
+mod text;
 pub mod trust;

@@ -233,6 +233,12 @@ pub struct Machine {
     /// then treats every CPU as its own core.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cores: Vec<CpuSet>,
+    /// CPU packages (sockets) as sets of their hardware threads, only where they are not
+    /// the CPU-bearing NUMA nodes (AMD NPS2/NPS4, Intel SNC: several NUMA nodes in one
+    /// package; a VM with one NUMA node over two sockets). Empty: each CPU-bearing NUMA
+    /// node is a package. [`Machine::sockets`] reads either form.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<CpuSet>,
     /// Every PCI function that matters for locality; every GPU and NIC address is here.
     pub pci: Vec<PciDevice>,
     pub gpus: Vec<Gpu>,
@@ -372,6 +378,43 @@ impl Machine {
         gpus
     }
 
+    /// The CPU packages (sockets, as hwloc and `slurmd -C` count them), ordered by first
+    /// CPU: [`Machine::packages`] when the source gave them, else the CPU-bearing NUMA
+    /// nodes.
+    pub fn sockets(&self) -> Vec<CpuSet> {
+        if self.packages.is_empty() {
+            return self.numa_sockets();
+        }
+        let mut sockets = self.packages.clone();
+        sockets.sort_by_key(|c| c.first());
+        sockets
+    }
+
+    /// The CPU-bearing NUMA nodes' CPU lists, ordered by first CPU.
+    fn numa_sockets(&self) -> Vec<CpuSet> {
+        let mut sockets: Vec<CpuSet> = self
+            .numa_nodes
+            .iter()
+            .map(|n| n.cpus.clone())
+            .filter(|c| !c.is_empty())
+            .collect();
+        sockets.sort_by_key(|c| c.first());
+        sockets
+    }
+
+    /// Record the packages a source read, in the form [`Machine::packages`] keeps: none
+    /// when they are exactly the CPU-bearing NUMA nodes (the common case, so a machine
+    /// read from sysfs equals its description).
+    pub fn set_packages(&mut self, mut packages: Vec<CpuSet>) {
+        packages.retain(|p| !p.is_empty());
+        packages.sort_by_key(|c| c.first());
+        self.packages = if packages == self.numa_sockets() {
+            Vec::new()
+        } else {
+            packages
+        };
+    }
+
     /// All CPUs of the machine (the union of the NUMA nodes' CPU lists).
     pub fn cpus(&self) -> CpuSet {
         self.numa_nodes
@@ -465,6 +508,7 @@ impl Machine {
         self.assumptions.sort();
         self.assumptions.dedup();
         self.cores.sort();
+        self.packages.sort_by_key(|c| c.first());
         self.pci.sort_by_key(|d| d.addr);
         self.gpus.sort_by_key(|g| g.pci);
         self.nics

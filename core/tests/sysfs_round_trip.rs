@@ -329,3 +329,17 @@ fn fixture_refuses_bad_names_and_used_dirs() {
         Err(FixtureError::NotEmpty(_))
     ));
 }
+
+/// Packages that are not the NUMA nodes (one package over both NUMA nodes, as on an
+/// NPS2 part) come back through `core_siblings_list`; the NUMA-shaped default stays
+/// implicit (`packages` empty), as every other test here checks.
+#[test]
+fn packages_other_than_the_numa_nodes_round_trip() {
+    let mut m = switch_tree();
+    let all = m.cpus();
+    m.set_packages(vec![all.clone()]);
+    assert_eq!(m.packages, std::slice::from_ref(&all));
+    let read = round_trip(&m);
+    assert_eq!(read.sockets(), [all]);
+    assert!(round_trip(&switch_tree()).packages.is_empty());
+}

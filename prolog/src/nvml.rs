@@ -1,14 +1,22 @@
 //! GPU data through nvml-wrapper, libnvidia-ml loaded at run time from `[nvml] library`
 //! (the simulator in tests). Called inside a bounded thread: NVML is the call that hangs.
+//! One opener ([`open`]) for every reader: the health data and the NVLink fabric of
+//! `gpu-affinity conf node-facts`.
 
-use std::ffi::{OsStr, c_uint, c_void};
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString, c_uint, c_void};
 use std::path::Path;
 
 use gpu_affinity::health::{Gap, Gathered, NvmlData, NvmlGpu};
 use gpu_affinity::pci::PciAddr;
+use gpu_affinity::slurm::conf_write::NvLinks;
+use gpu_affinity::slurm::placement::Fabric;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper_sys::bindings::{
+    NVML_GPU_FABRIC_STATE_COMPLETED, nvmlDevice_t, nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t,
+};
 
 /// nvml-wrapper's own default, used when `[nvml] library` is unset.
 pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
@@ -27,8 +35,28 @@ fn bus_id(text: &str) -> Option<PciAddr> {
     format!("{domain:04x}:{rest}").parse().ok()
 }
 
-pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
-    let library = library.map_or_else(
+type FabricInfo = unsafe extern "C" fn(nvmlDevice_t, *mut nvmlGpuFabricInfo_t) -> c_uint;
+type FabricInfoV = unsafe extern "C" fn(nvmlDevice_t, *mut nvmlGpuFabricInfo_v2_t) -> c_uint;
+
+/// NVML initialised from one library, and that library's handle for the calls
+/// nvml-wrapper 0.11 lacks (remapped rows, fabric info).
+struct Opened {
+    nvml: Nvml,
+    lib: Option<libloading::Library>,
+}
+
+impl Opened {
+    /// A function of the library by its NUL-terminated name; `None` where this driver
+    /// has none. Callers give the signature of NVML's header for that name.
+    fn symbol<T>(&self, name: &[u8]) -> Option<libloading::Symbol<'_, T>> {
+        // SAFETY: the caller's `T` is the function's signature in nvml.h.
+        self.lib.as_ref().and_then(|l| unsafe { l.get(name) }.ok())
+    }
+}
+
+/// Initialise NVML from `library` (`[nvml] library`; nvml-wrapper's default when unset).
+fn open(library: Option<&Path>) -> Result<Opened, Gap> {
+    let library: OsString = library.map_or_else(
         || OsStr::new(DEFAULT_LIBRARY).to_owned(),
         |p| p.as_os_str().to_owned(),
     );
@@ -36,12 +64,16 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
         .lib_path(&library)
         .init()
         .map_err(|e| Gap::Failed(format!("NVML init ({}): {e}", library.to_string_lossy())))?;
-    // SAFETY: loading the same library again only bumps its reference count (dlopen); the
-    // symbol's signature is NVML's documented one for nvmlDeviceGetRemappedRows.
+    // SAFETY: loading the same library again only bumps its reference count (dlopen).
     let lib = unsafe { libloading::Library::new(&library) }.ok();
-    let remapped: Option<libloading::Symbol<RemappedRows>> = lib
-        .as_ref()
-        .and_then(|l| unsafe { l.get(b"nvmlDeviceGetRemappedRows\0") }.ok());
+    Ok(Opened { nvml, lib })
+}
+
+pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
+    let opened = open(library)?;
+    let nvml = &opened.nvml;
+    let remapped: Option<libloading::Symbol<RemappedRows>> =
+        opened.symbol(b"nvmlDeviceGetRemappedRows\0");
     let count = nvml
         .device_count()
         .map_err(|e| Gap::Failed(format!("NVML device count: {e}")))?;
@@ -101,6 +133,98 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
         driver: nvml.sys_driver_version().ok(),
         gpus,
     })
+}
+
+/// NVML_STRUCT_VERSION(GpuFabricInfo, 2): the struct's size, the version in the top byte.
+const FABRIC_INFO_V2: c_uint =
+    (std::mem::size_of::<nvmlGpuFabricInfo_v2_t>() as c_uint) | (2 << 24);
+
+/// Each GPU's NVLink fabric (clusterUuid + cliqueId) by PCI address, for the GPUs whose
+/// registration is complete with a non-zero uuid (core's `Fabric::from_nvml`): the
+/// versioned call (R550+) where the driver has it, else the first one (R525+); a driver
+/// with neither, or a GPU that does not support it, gives no entry.
+pub fn read_fabrics(library: Option<&Path>) -> Gathered<HashMap<PciAddr, Fabric>> {
+    let opened = open(library)?;
+    let versioned: Option<libloading::Symbol<FabricInfoV>> =
+        opened.symbol(b"nvmlDeviceGetGpuFabricInfoV\0");
+    let first: Option<libloading::Symbol<FabricInfo>> =
+        opened.symbol(b"nvmlDeviceGetGpuFabricInfo\0");
+    let count = opened
+        .nvml
+        .device_count()
+        .map_err(|e| Gap::Failed(format!("NVML device count: {e}")))?;
+    let mut out = HashMap::new();
+    for index in 0..count {
+        let Ok(device) = opened.nvml.device_by_index(index) else {
+            continue;
+        };
+        let Some(pci) = device.pci_info().ok().and_then(|p| bus_id(&p.bus_id)) else {
+            continue;
+        };
+        // SAFETY: a valid device handle of this NVML; each out struct is the one nvml.h
+        // declares for the call, zeroed, with the version word the versioned call checks.
+        let answer = unsafe {
+            let handle = device.handle();
+            if let Some(f) = &versioned {
+                let mut info: nvmlGpuFabricInfo_v2_t = std::mem::zeroed();
+                info.version = FABRIC_INFO_V2;
+                (f(handle, &mut info) == 0).then_some((info.state, info.clusterUuid, info.cliqueId))
+            } else if let Some(f) = &first {
+                let mut info: nvmlGpuFabricInfo_t = std::mem::zeroed();
+                (f(handle, &mut info) == 0).then_some((info.state, info.clusterUuid, info.cliqueId))
+            } else {
+                None
+            }
+        };
+        let Some((state, uuid, clique)) = answer else {
+            continue;
+        };
+        let complete = u32::from(state) == NVML_GPU_FABRIC_STATE_COMPLETED;
+        if let Some(fabric) = Fabric::from_nvml(complete, uuid, clique) {
+            out.insert(pci, fabric);
+        }
+    }
+    Ok(out)
+}
+
+/// Each GPU's NVLinks to the node's other GPUs by PCI address: per peer, the active
+/// links whose far end is that GPU. What Slurm's own AutoDetect=nvml counts for
+/// gres.conf `Links=` (gpu_nvml.c): a link to an NVSwitch names no GPU and counts for none.
+pub fn read_nvlink_peers(library: Option<&Path>) -> Gathered<NvLinks> {
+    let opened = open(library)?;
+    let count = opened
+        .nvml
+        .device_count()
+        .map_err(|e| Gap::Failed(format!("NVML device count: {e}")))?;
+    let devices: Vec<(PciAddr, nvml_wrapper::Device)> = (0..count)
+        .filter_map(|i| {
+            let d = opened.nvml.device_by_index(i).ok()?;
+            Some((d.pci_info().ok().and_then(|p| bus_id(&p.bus_id))?, d))
+        })
+        .collect();
+    let mut out = NvLinks::new();
+    for (pci, device) in &devices {
+        for link in 0..MAX_LINKS {
+            let wrapper = device.link_wrapper_for(link);
+            match wrapper.is_active() {
+                Ok(true) => {}
+                Ok(false) => continue,
+                // Links past the GPU's last one (or a GPU without NVLink).
+                Err(_) => break,
+            }
+            let Some(remote) = wrapper
+                .remote_pci_info()
+                .ok()
+                .and_then(|p| bus_id(&p.bus_id))
+            else {
+                continue;
+            };
+            if remote != *pci && devices.iter().any(|(p, _)| *p == remote) {
+                *out.entry(*pci).or_default().entry(remote).or_default() += 1;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h; nvml-wrapper exposes it only as a field id).

@@ -151,7 +151,8 @@ fn run_version(program: &Path, flag: &str) -> Result<String, CliError> {
     Ok(out)
 }
 
-fn find_series(real_prefix: &Path) -> Result<(String, String), CliError> {
+/// The Slurm series under a (canonical) prefix and where it was read: `MAJOR.MINOR`.
+pub(crate) fn find_series(real_prefix: &Path) -> Result<(String, String), CliError> {
     let header = real_prefix.join("include/slurm/slurm_version.h");
     if let Ok(text) = fs::read_to_string(&header) {
         let series = series_from_version_header(&text).ok_or_else(|| {

@@ -134,3 +134,76 @@ fn explain_matrix_marks_the_plans_nics() {
         .unwrap_or_else(|| panic!("{s}"));
     assert!(row.contains("PIX*") && row.contains("SYS"), "{row}");
 }
+
+/// `conf gres` picks its `Cores=` rule from `--slurm-series`, else the Slurm under
+/// `--slurm-prefix` (its slurm_version.h), else the form every series accepts; a bad
+/// series is one line.
+#[test]
+fn gres_series_comes_from_the_flag_the_local_slurm_or_a_safe_default() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tree = dir.path().join("p5");
+    let out = cli(
+        &[
+            "fixture",
+            "--machine",
+            "p5.48xlarge",
+            "--out",
+            &tree.display().to_string(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let prefix = dir.path().join("slurm");
+    std::fs::create_dir_all(prefix.join("include/slurm")).expect("mkdir");
+    std::fs::write(
+        prefix.join("include/slurm/slurm_version.h"),
+        "#define SLURM_VERSION_NUMBER 0x180b05\n",
+    )
+    .expect("header");
+    let gres = |extra: &[&str]| {
+        let mut args = vec!["conf", "gres", "--sysfs-root"];
+        let tree = tree.display().to_string();
+        args.push(&tree);
+        args.extend_from_slice(extra);
+        cli(&args, None)
+    };
+    let local = gres(&["--slurm-prefix", &prefix.display().to_string()]);
+    assert!(local.status.success(), "{}", text(&local.stderr));
+    let header = format!(
+        "# For Slurm 24.11 (from {}): Cores= widened to whole sockets.",
+        prefix.join("include/slurm/slurm_version.h").display()
+    );
+    assert!(
+        text(&local.stdout).contains(&header),
+        "{}",
+        text(&local.stdout)
+    );
+    let none = gres(&["--slurm-prefix", "/nonexistent"]);
+    assert!(
+        text(&none.stdout).contains("# No Slurm found: Cores= in the form every series accepts"),
+        "{}",
+        text(&none.stdout)
+    );
+    let flag = gres(&["--slurm-series", "26.05"]);
+    assert!(
+        text(&flag.stdout).contains("# For Slurm 26.05 (from --slurm-series): Cores= widened to one whole socket, else all cores."),
+        "{}",
+        text(&flag.stdout)
+    );
+    // p5: a package per NUMA node, so every form is the NUMA node's cores.
+    let cores = |o: &Output| -> Vec<String> {
+        text(&o.stdout)
+            .lines()
+            .filter(|l| l.starts_with("Name=gpu"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(cores(&local), cores(&none));
+    assert_eq!(cores(&local).len(), 8);
+    let bad = gres(&["--slurm-series", "24"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert_eq!(
+        text(&bad.stderr),
+        "gpu-affinity: --slurm-series \"24\": give MAJOR.MINOR, e.g. 24.11\n"
+    );
+}

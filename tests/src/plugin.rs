@@ -210,6 +210,23 @@ pub fn admin_cli() -> Result<PathBuf> {
     .clone()
 }
 
+/// The NVML simulator (`libnvml_sim.so`, a cdylib no crate can depend on), built like
+/// the admin command: `--nvml-library` for the commands that read NVML.
+pub fn nvml_sim() -> Result<PathBuf> {
+    static SIM: OnceLock<Result<PathBuf>> = OnceLock::new();
+    SIM.get_or_init(|| {
+        let mut cmd = Command::new(cargo());
+        cmd.current_dir(workspace_root())
+            .args(["build", "--quiet", "-p", "nvml-sim"]);
+        run_build(
+            cmd,
+            "nvml-sim",
+            target_dir().join("debug").join("libnvml_sim.so"),
+        )
+    })
+    .clone()
+}
+
 /// The health binaries (debug builds of `gpu-affinity-prolog`, `-epilog`, `-health`), built
 /// like the plugin so a real-Slurm test never runs a stale one: (prolog, epilog, health).
 pub fn health_binaries() -> Result<(PathBuf, PathBuf, PathBuf)> {

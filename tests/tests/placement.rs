@@ -3,8 +3,8 @@
 //! two blocks that do not follow the node names (pa1 and pb1 share one, pa2 and pb2 the
 //! other), so a topology that only followed the names would show wrong groups.
 //!
-//! - 22.05 (this machine's Slurm, no topology/block): the tree form, plus a gres.conf
-//!   generated from a test machine's sysfs fixture over the fake devices.
+//! - Every series: the tree form, plus a gres.conf and a NodeName layout generated from
+//!   a test machine's sysfs fixture over the fake devices (22.05 has no topology/block).
 //! - 24.11 (Debian root): the block form; `scontrol show topology` shows the blocks.
 //! - 26.05 (Debian root): topology.yaml with a block and a tree topology; slurmctld
 //!   reads it (it exits on a bad entry) and shows the blocks.
@@ -12,7 +12,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, TaskPlugin, fixture, plugin};
+use gpu_affinity_tests::{
+    ClientOptions, Cluster, ClusterBuilder, NodeShape, SlurmSeries, TaskPlugin, fixture, plugin,
+};
 
 const NODES: [&str; 4] = ["pa1", "pa2", "pb1", "pb2"];
 
@@ -138,6 +140,106 @@ impl Marks {
     }
 }
 
+/// The series the cluster will run (the harness's choice), to generate files for.
+fn this_series() -> String {
+    SlurmSeries::from_env().map_or_else(|_| SlurmSeries::host().name, |s| s.name)
+}
+
+/// `conf gres --slurm-series` over the fake devices (NVLinks from the NVML simulator
+/// serving `nvml`, where given) and `conf slurm --node-name pa1`'s NodeName line, both
+/// from `machine`'s fixture tree: the files an admin generates.
+fn generated_node(
+    dir: &Path,
+    machine: &gpu_affinity::model::Machine,
+    series: &str,
+    nvml: Option<&Path>,
+) -> (String, String) {
+    let m = gpu_affinity::sources::fixture::realized(machine);
+    let sysfs = dir.join("sysfs");
+    fixture::write_sysfs(&m, &sysfs).expect("fixture");
+    let sysfs = sysfs.display().to_string();
+    let args = [
+        "conf",
+        "gres",
+        "--sysfs-root",
+        &sysfs,
+        "--dev-prefix",
+        "@CLUSTER_DIR@/dev",
+        "--slurm-series",
+        series,
+    ];
+    let gres = match nvml {
+        None => admin(&args),
+        Some(state) => {
+            let out = admin_with_nvml(&args, state);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        }
+    };
+    assert!(
+        gres.contains(&format!("# For Slurm {series} (from --slurm-series)")),
+        "{gres}"
+    );
+    let conf = admin(&[
+        "conf",
+        "slurm",
+        "--node-name",
+        "pa1",
+        "--sysfs-root",
+        &sysfs,
+    ]);
+    let node_line = conf
+        .lines()
+        .find(|l| l.starts_with("NodeName=pa1 "))
+        .unwrap_or_else(|| panic!("no NodeName line in {conf}"))
+        .to_owned();
+    (gres, node_line)
+}
+
+/// Four nodes of `generated_node`'s making, `(series, NodeName line, gres.conf)`, with
+/// task/affinity and whatever `more` adds; checks the cluster runs that series.
+fn start_generated(
+    test: &str,
+    (series, node_line, gres): (&str, &str, &str),
+    more: impl FnOnce(ClusterBuilder) -> ClusterBuilder,
+) -> Option<Cluster> {
+    let shape = NodeShape::from_slurmd_c(node_line).expect("slurmd -C form");
+    let builder = ClusterBuilder::new()
+        .gpus(8)
+        .shape(shape)
+        .task_plugin(TaskPlugin::Affinity)
+        .conf_file("gres.conf", gres);
+    let cluster = start(test, more(builder))?;
+    assert_eq!(
+        cluster.series(),
+        series,
+        "files made for the series that runs"
+    );
+    Some(cluster)
+}
+
+/// `CUDA_VISIBLE_DEVICES` of a step on `node` with `--gres=gpu:GPUS`, which must run.
+fn step_gpus(cluster: &Cluster, node: &str, gpus: u32) -> String {
+    let gres = format!("--gres=gpu:{gpus}");
+    let args = [
+        "srun",
+        "-w",
+        node,
+        &gres,
+        "printenv",
+        "CUDA_VISIBLE_DEVICES",
+    ];
+    let out = cluster
+        .client(&args, &ClientOptions::bounded(30))
+        .expect("run srun");
+    assert!(out.success(), "{out}");
+    out.stdout.trim().to_owned()
+}
+
 fn start(test: &str, builder: ClusterBuilder) -> Option<Cluster> {
     builder
         .nodes(&NODES)
@@ -147,48 +249,32 @@ fn start(test: &str, builder: ClusterBuilder) -> Option<Cluster> {
 
 #[test]
 fn tree_topology_and_generated_gres_conf_load_on_this_series() {
-    // Measured: 24.11 and 26.05 slurmctld set a node INVAL when a gres Cores= range does
-    // not cover whole sockets ("gres/gpu GRES core specification 0 ... doesn't match
-    // socket boundaries"). This test folds two NUMA nodes onto one real socket of this
-    // VM, so its per-NUMA Cores= split one socket; `conf gres` must widen Cores= to
-    // sockets for those series (left open). Until then the case runs on 22.05 only.
-    let series = std::env::var(gpu_affinity_tests::series::SERIES_ENV).unwrap_or_default();
-    if !series.is_empty() && series != "22.05" {
-        eprintln!(
-            "SKIPPED tree_topology_and_generated_gres_conf_load_on_this_series: Slurm {series} \
-             refuses Cores= that split a socket, and this VM's one socket holds both folded \
-             NUMA nodes"
-        );
-        return;
-    }
+    // 24.11+ slurmctld set a node INVAL whose gres Cores= split a socket ("doesn't match
+    // socket boundaries"). The fixture below folds two NUMA nodes onto this VM's one
+    // socket, so the node's slurm.conf layout comes from `conf slurm --node-name` over
+    // the same fixture (one socket per NUMA node, as the fixture's packages say), and
+    // `conf gres --slurm-series` widens Cores= to those sockets: both files agree.
+    let series = this_series();
     let work = tempfile::tempdir().expect("tempdir");
     let topo = topology("tree", work.path());
-    // A test machine's fixture (8 GPUs, NUMA0 = CPU 0, NUMA1 = CPU 1) -> gres.conf over
-    // the cluster's fake devices.
+    // A test machine's fixture (8 GPUs, NUMA0 = CPU 0, NUMA1 = CPU 1, a package each).
     let m = fixture::test_machine("nd-h100-v5-2cpu").expect("test machine");
-    let m = gpu_affinity::sources::fixture::realized(&m);
-    let sysfs = work.path().join("sysfs");
-    fixture::write_sysfs(&m, &sysfs).expect("fixture");
-    let gres = admin(&[
-        "conf",
-        "gres",
-        "--sysfs-root",
-        &sysfs.display().to_string(),
-        "--dev-prefix",
-        "@CLUSTER_DIR@/dev",
-    ]);
+    let (gres, node_line) = generated_node(work.path(), &m, &series, None);
+    assert_eq!(
+        node_line,
+        "NodeName=pa1 CPUs=2 Boards=1 SocketsPerBoard=2 CoresPerSocket=1 ThreadsPerCore=1 Gres=gpu:8"
+    );
     let lines = gres
         .lines()
         .filter(|l| l.starts_with("Name=gpu File=") && l.contains(" Cores="));
     assert_eq!(lines.count(), 8, "{gres}");
-    let Some(cluster) = start(
+    let Some(cluster) = start_generated(
         "tree_topology_and_generated_gres_conf_load_on_this_series",
-        ClusterBuilder::new()
-            .gpus(8)
-            .task_plugin(TaskPlugin::Affinity)
-            .conf_line("TopologyPlugin=topology/tree")
-            .conf_file("topology.conf", &topo)
-            .conf_file("gres.conf", &gres),
+        (&series, &node_line, &gres),
+        |b| {
+            b.conf_line("TopologyPlugin=topology/tree")
+                .conf_file("topology.conf", &topo)
+        },
     ) else {
         return;
     };
@@ -197,21 +283,7 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
     assert_unit(&shown, "SwitchName", "s3_1", &["pa1", "pb1"]);
     assert_unit(&shown, "SwitchName", "s3_2", &["pa2", "pb2"]);
     // slurmd took the generated gres.conf: all 8 GPUs, and a step gets two of them.
-    let out = cluster
-        .client(
-            &[
-                "srun",
-                "-w",
-                "pb2",
-                "--gres=gpu:2",
-                "printenv",
-                "CUDA_VISIBLE_DEVICES",
-            ],
-            &ClientOptions::bounded(30),
-        )
-        .expect("run srun");
-    assert!(out.success(), "{out}");
-    assert_eq!(out.stdout.trim(), "0,1", "{out}");
+    assert_eq!(step_gpus(&cluster, "pb2", 2), "0,1");
     let node = cluster
         .client(
             &["scontrol", "-o", "show", "node", "pb2"],
@@ -249,6 +321,72 @@ fn tree_topology_and_generated_gres_conf_load_on_this_series() {
         .client(&["srun", "-N4", "hostname"], &ClientOptions::bounded(30))
         .expect("srun -N4");
     assert!(out.success(), "{out}");
+}
+
+/// The defect 24.11 found: a node whose two NUMA nodes share one package (this VM's
+/// real shape, 1 socket x 2 cores, as on NPS2/SNC2 parts). Per-NUMA `Cores=0` and
+/// `Cores=1` split that socket, which 24.11+ slurmctld refuse (the node goes INVAL,
+/// measured); the generated file widens each to the whole socket there and keeps the
+/// closer per-NUMA lists on 22.05, and the node comes up idle with all 8 GPUs. The
+/// lines also carry `Links=` from NVML's GPU pairs, which slurmd and slurmctld take.
+#[test]
+fn generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later() {
+    let series = this_series();
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut m = fixture::test_machine("nd-h100-v5-2cpu").expect("test machine");
+    m.set_packages(vec![m.cpus()]);
+    let m = gpu_affinity::sources::fixture::realized(&m);
+    // NVLink-bridged pairs (GPU 2k with 2k+1, two links each), as NVML reports them.
+    let bus: Vec<String> = m.gpus.iter().map(|g| g.pci.to_string()).collect();
+    let nvml = nvml_state(work.path(), "pairs", &m, |i| {
+        let peer = &bus[i ^ 1];
+        serde_json::json!({"nvlinks": [true, true, false], "nvlink_remote": [peer, peer, peer]})
+    });
+    let (gres, node_line) = generated_node(work.path(), &m, &series, Some(&nvml));
+    assert_eq!(
+        node_line,
+        "NodeName=pa1 CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 Gres=gpu:8"
+    );
+    let cores: Vec<&str> = gres
+        .lines()
+        .filter_map(|l| l.strip_prefix("Name=gpu File="))
+        .map(|l| {
+            let cores = l.split("Cores=").nth(1).unwrap_or("none");
+            cores.split(' ').next().unwrap_or(cores)
+        })
+        .collect();
+    let want = if series == "22.05" {
+        ["0", "0", "0", "0", "1", "1", "1", "1"]
+    } else {
+        ["0-1"; 8]
+    };
+    assert_eq!(cores, want, "{gres}");
+    let links: Vec<&str> = gres
+        .lines()
+        .filter_map(|l| l.split(" Links=").nth(1))
+        .collect();
+    assert_eq!(links.len(), 8, "{gres}");
+    assert_eq!(links[0], "-1,2,0,0,0,0,0,0", "{gres}");
+    assert_eq!(links[7], "0,0,0,0,0,0,2,-1", "{gres}");
+    let Some(cluster) = start_generated(
+        "generated_gres_conf_widens_cores_to_the_package_on_24_11_and_later",
+        (&series, &node_line, &gres),
+        |b| b,
+    ) else {
+        return;
+    };
+    // Started means every node registered idle: slurmctld took the Cores= lists.
+    assert_eq!(step_gpus(&cluster, "pa1", 8), "0,1,2,3,4,5,6,7");
+    let log = cluster.log("slurmctld.log");
+    assert!(
+        !log.contains("socket boundaries") && !log.contains("Links"),
+        "{log}"
+    );
+    let log = cluster.log("slurmd-pa1.log");
+    assert!(
+        !log.contains("error: gres") && !log.contains("links"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -617,4 +755,130 @@ fn audit_reads_a_running_clusters_config() {
     // The harness's cluster is no cloud product's: self-built, a warning for pretrain.
     assert!(text.contains("\nWARN  cluster.managed "), "{text}");
     assert_eq!(out.status.code(), Some(0), "{text}");
+}
+
+/// NVML simulator state for `machine`'s GPUs (bus ids as the fixture tree has them), each
+/// GPU given `extra` (fabric, NVLink peers) by its position.
+fn nvml_state(
+    dir: &Path,
+    name: &str,
+    machine: &gpu_affinity::model::Machine,
+    extra: impl Fn(usize) -> serde_json::Value,
+) -> std::path::PathBuf {
+    let gpus: Vec<serde_json::Value> = machine
+        .gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let mut gpu = serde_json::json!({"bus_id": g.pci.to_string()});
+            if let (Some(o), serde_json::Value::Object(more)) = (gpu.as_object_mut(), extra(i)) {
+                o.extend(more);
+            }
+            gpu
+        })
+        .collect();
+    let path = dir.join(format!("{name}.nvml.json"));
+    let state = serde_json::json!({"driver": "570.86.15", "gpus": gpus});
+    std::fs::write(&path, state.to_string()).expect("simulator state");
+    path
+}
+
+/// The admin command with the NVML simulator serving `state`: its output, unchecked.
+fn admin_with_nvml(args: &[&str], state: &Path) -> std::process::Output {
+    let cli = plugin::admin_cli().expect("build gpu-affinity");
+    let sim = plugin::nvml_sim().expect("build the NVML simulator");
+    Command::new(&cli)
+        .args(args)
+        .arg("--nvml-library")
+        .arg(&sim)
+        .env("NVML_SIM_STATE", state)
+        .output()
+        .expect("run gpu-affinity")
+}
+
+/// GB200-like NVL domains without a cloud API: four nodes' `conf node-facts --json`, NVML
+/// (the simulator) putting nvl1/nvl2 in clique 7 and nvl3/nvl4 in clique 9 of one
+/// cluster uuid; `conf topology --from nvlink` makes one block per clique. A GPU whose
+/// fabric registration is still in progress (state 2) has none, and its node is refused
+/// by name. No Slurm daemon: the files are what the other tests load.
+#[test]
+fn node_facts_from_nvml_cliques_make_nvlink_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let machine = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");
+    let machine = gpu_affinity::sources::fixture::realized(&machine);
+    let root = dir.path().join("sysfs");
+    fixture::write_sysfs(&machine, &root).expect("fixture");
+    let root = root.display().to_string();
+    let uuid = "5a1e0c2d-0000-4000-8000-00000000abcd";
+    let facts = |node: &str, clique: u32, state: u8| {
+        let sim = nvml_state(
+            dir.path(),
+            node,
+            &machine,
+            |_| serde_json::json!({"fabric": {"cluster_uuid": uuid, "clique_id": clique, "state": state}}),
+        );
+        let out = admin_with_nvml(
+            &[
+                "conf",
+                "node-facts",
+                "--json",
+                "--hostname",
+                node,
+                "--sysfs-root",
+                &root,
+            ],
+            &sim,
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = dir.path().join(format!("{node}.facts.json"));
+        std::fs::write(&path, &out.stdout).expect("facts");
+        path.display().to_string()
+    };
+    let files: Vec<String> = [("nvl1", 7), ("nvl2", 7), ("nvl3", 9), ("nvl4", 9)]
+        .iter()
+        .map(|(n, c)| facts(n, *c, 3))
+        .collect();
+    let read = |path: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json")
+    };
+    let one = read(&files[0]);
+    assert_eq!(one["gpus"][0]["fabric"]["cluster_uuid"], uuid, "{one}");
+    assert_eq!(one["gpus"][7]["fabric"]["clique_id"], 7, "{one}");
+    let nodemap = dir.path().join("nodemap");
+    std::fs::write(&nodemap, "nvl1 nvl1\nnvl2 nvl2\nnvl3 nvl3\nnvl4 nvl4\n").expect("map");
+    let nodemap = nodemap.display().to_string();
+    let mut args = vec!["conf", "topology", "--from", "nvlink", "--nodes", &nodemap];
+    args.extend(files.iter().map(String::as_str));
+    let topo = admin(&args);
+    let blocks: Vec<&str> = topo
+        .lines()
+        .filter(|l| l.starts_with("BlockName="))
+        .collect();
+    assert_eq!(
+        blocks,
+        ["BlockName=b1 Nodes=nvl[1-2]", "BlockName=b2 Nodes=nvl[3-4]"],
+        "{topo}"
+    );
+    // Registration still in progress on nvl5: no fabric, so the node is named.
+    let late = facts("nvl5", 9, 2);
+    assert!(read(&late)["gpus"][0].get("fabric").is_none(), "{late}");
+    let map5 = dir.path().join("nodemap5");
+    std::fs::write(&map5, "nvl5 nvl5\n").expect("map");
+    let cli = plugin::admin_cli().expect("build gpu-affinity");
+    let out = Command::new(&cli)
+        .args(["conf", "topology", "--from", "nvlink", "--nodes"])
+        .arg(&map5)
+        .arg(&late)
+        .output()
+        .expect("run gpu-affinity");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nvl5") && err.contains("no GPU with a complete NVLink fabric"),
+        "{err}"
+    );
 }

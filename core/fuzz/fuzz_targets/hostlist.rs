@@ -1,19 +1,44 @@
-//! `slurm::hostlist::expand` / `contains`: gres.conf's `NodeName=` and `File=` lists.
-//! Properties: at most `MAX_NAMES` names and `MAX_BYTES` bytes of them, each name bounded
-//! by the text's length (a bracket prints at most a `u32`'s ten digits or its own zero
-//! padding); no name holds a
-//! comma, a bracket or is empty, so the names joined with commas expand to themselves
-//! (there is no `compress` yet; this is the round trip a written-back list must pass);
-//! `contains` agrees with `expand`; errors are one line.
+//! `slurm::hostlist::expand` / `contains` (gres.conf's `NodeName=` and `File=` lists) and
+//! `compress` / `compress_sorted`. Properties: at most `MAX_NAMES` names and `MAX_BYTES`
+//! bytes of them, each name bounded by the text's length (a bracket prints at most a
+//! `u32`'s ten digits or its own zero padding); no name holds a comma, a bracket or is
+//! empty, so the names joined with commas expand to themselves; `contains` agrees with
+//! `expand`; errors are one line. Compression: `expand(compress(x)) == x` for the
+//! names of every list that expands, and for the input's own lines as names (bounded by
+//! the input: at most one name a line); `compress_sorted` gives the sorted set.
 #![no_main]
 
 use gpu_affinity::slurm::hostlist::{self, MAX_BYTES, MAX_NAMES};
 use libfuzzer_sys::fuzz_target;
 
+/// `expand(compress(names)) == names`, and `compress_sorted` is the sorted set.
+fn round_trips(names: &[impl AsRef<str> + std::fmt::Debug]) {
+    // No names compress to "", which is no hostlist (expand refuses it).
+    if names.is_empty() {
+        return;
+    }
+    let Ok(compressed) = hostlist::compress(names) else {
+        return;
+    };
+    let back = hostlist::expand(&compressed).expect("compress writes a hostlist");
+    let want: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+    assert_eq!(back, want, "{names:?} -> {compressed:?}");
+    let sorted = hostlist::compress_sorted(names).expect("the same names compress sorted");
+    let mut set = hostlist::expand(&sorted).expect("compress_sorted writes a hostlist");
+    let mut want: Vec<String> = want.iter().map(|n| (*n).to_string()).collect();
+    want.sort();
+    want.dedup();
+    set.sort();
+    set.dedup();
+    assert_eq!(set, want, "{names:?} -> {sorted:?}");
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    // The input's lines as names (compress refuses what no hostlist can hold).
+    round_trips(&text.lines().collect::<Vec<_>>());
     match hostlist::expand(text) {
         Ok(names) => {
             assert!(names.len() as u64 <= MAX_NAMES, "{} names", names.len());
@@ -33,6 +58,7 @@ fuzz_target!(|data: &[u8]| {
             if let Some(first) = names.first() {
                 assert_eq!(hostlist::contains(text, first), Ok(true), "{text:?}");
             }
+            round_trips(&names);
         }
         Err(e) => {
             let line = e.to_string();

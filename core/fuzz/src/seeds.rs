@@ -364,7 +364,63 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         b"4,10,1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x\n6,20,2,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.86.15\n4,30,3,-;NVRM: Xid (PCI:0000:53:00): 48, pid=1, name=x\n",
     )?;
     c.add("xid_policy", xid::EMBEDDED_POLICY.as_bytes())?;
+    placement_seeds(&mut c)?;
     Ok(c.written)
+}
+
+/// The placement sources in the vendors' documented shapes (aws, oci, gcp, nvlink: the
+/// `placement` target's first byte), each with its NODEMAP after a NUL; the block and
+/// tree topologies core writes from each, as topology.conf and topology.yaml (the
+/// `slurm_topology` target's first byte: even conf, odd yaml).
+fn placement_seeds(c: &mut Corpus) -> std::io::Result<()> {
+    let bad = |e: String| std::io::Error::other(e);
+    use gpu_affinity::slurm::{placement, topology};
+    let inputs: [(u8, &str, &str); 4] = [
+        (
+            0,
+            r#"{"Instances":[{"InstanceId":"i-1","NetworkNodes":["nn-a","nn-b","nn-c"],"CapacityBlockId":"cr-1"},{"InstanceId":"i-2","NetworkNodes":["nn-a","nn-b","nn-d"]}]}"#,
+            "n1 i-1\nn2 i-2\n",
+        ),
+        (
+            1,
+            r#"{"ocid1.instance.a":{"customerHPCIslandId":"isl","customerNetworkBlock":"nb","customerLocalBlock":"lb1","customerGpuMemoryFabric":"fab1"},"ocid1.instance.b":{"customerHPCIslandId":"isl","customerNetworkBlock":"nb","customerLocalBlock":"lb2"}}"#,
+            "n1 ocid1.instance.a\n# comment\nn2 ocid1.instance.b\n",
+        ),
+        (2, r#"{"a4x-1":"/c1/r1/h1","a4x-2":"/c1/r2/h2"}"#, "n1 a4x-1\nn2 a4x-2\n"),
+        (
+            3,
+            r#"[{"hostname":"n1","gpus":[{"pci":"0000:1b:00.0","minor":0,"fabric":{"cluster_uuid":"5a1e0c2d-0000-4000-8000-00000000abcd","clique_id":7}}]},{"hostname":"n2","gpus":[{"pci":"0000:1b:00.0","minor":0,"fabric":{"cluster_uuid":"5a1e0c2d-0000-4000-8000-00000000abcd","clique_id":9}}]}]"#,
+            "n1 n1\nn2 n2\n",
+        ),
+    ];
+    for (source, file, nodemap) in inputs {
+        let mut v = vec![source];
+        v.extend_from_slice(file.as_bytes());
+        v.push(0);
+        v.extend_from_slice(nodemap.as_bytes());
+        c.add("placement", &v)?;
+        let sources = [
+            placement::Source::Aws,
+            placement::Source::Oci,
+            placement::Source::Gcp,
+            placement::Source::Nvlink,
+        ];
+        let files = [("seed".to_string(), file.to_string())];
+        let places = placement::place(sources[usize::from(source)], &files, nodemap)
+            .map_err(|e| bad(format!("placement seed {source}: {e}")))?;
+        let (blocks, _) = placement::blocks(&places, "block");
+        let (tree, _) = placement::tree(&places, "tree");
+        let write = |t: &topology::Topology| topology::write_conf(t, "# seed\n");
+        for text in [write(&blocks), write(&tree)] {
+            let text = text.map_err(|e| bad(e.to_string()))?;
+            c.add("slurm_topology", &[&[0u8][..], text.as_bytes()].concat())?;
+        }
+        let yaml = topology::write_yaml(&[blocks, tree], "").map_err(|e| bad(e.to_string()))?;
+        c.add("slurm_topology", &[&[1u8][..], yaml.as_bytes()].concat())?;
+    }
+    c.add("slurm_topology", b"\0BlockName=b1 Nodes=n[1-4]\nBlockSizes=2,4\n")?;
+    c.add("hostlist", b"n1\nn2\nn02\nn3\nrack1-n9\nrack1-n10\n")?;
+    Ok(())
 }
 
 /// Generate, then end the process: libFuzzer must not go on to fuzz.

@@ -557,8 +557,9 @@ fn placement_node(inputs: &Inputs<'_>, conf: Option<&SlurmConf>) -> Checked {
                 "{scope}: topology {} {} {u}",
                 t.name,
                 match unit {
-                    step_span::Unit::Block => "block",
-                    step_span::Unit::LeafSwitch => "leaf switch",
+                    step_span::Unit::Block => "block".to_string(),
+                    step_span::Unit::LeafSwitch => "leaf switch".to_string(),
+                    step_span::Unit::Switch(level) => format!("level-{level} switch"),
                 }
             )),
             None if matches!(t.kind, Kind::Flat) => {

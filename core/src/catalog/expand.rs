@@ -190,6 +190,7 @@ pub(crate) fn expand(layers: &[Layer<'_>]) -> Result<(Header, Machine), CatalogE
         dmi,
         numa_nodes,
         cores,
+        packages: Vec::new(),
         pci: tree.devices,
         gpus,
         nics,

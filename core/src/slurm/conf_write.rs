@@ -2,8 +2,15 @@
 //! from a node's discovered machine, and plugstack.conf with the plugin's line.
 //! Pure: machine or text in, text out.
 
+use std::collections::BTreeMap;
+
 use crate::cpuset::CpuSet;
 use crate::model::Machine;
+use crate::pci::PciAddr;
+
+/// GPU-to-GPU NVLinks of a node: per GPU, per peer GPU, the number of links between them
+/// (a node reader fills it from NVML; links to NVSwitches are in no entry).
+pub type NvLinks = BTreeMap<PciAddr, BTreeMap<PciAddr, u32>>;
 
 /// The line every file `gpu-affinity conf` writes carries: a file with it may be
 /// replaced by the next run, one without it (another tool's, an admin's) only by force.
@@ -17,12 +24,15 @@ pub enum ConfWriteError {
     RelativePlugin(String),
     #[error("plugstack argument {0:?} is not key=value without blanks")]
     BadArgument(String),
+    #[error("slurm.conf cannot describe this node's sockets: {0}")]
+    UnevenNode(String),
 }
 
-/// The machine's cores in Slurm's numbering (slurmd's block map over hwloc): package by
-/// package (a NUMA node stands for a package, ordered by first CPU, as hwloc orders
-/// them), then by first CPU within it. Core `i` of gres.conf's `Cores=` is entry `i`.
-/// The plugin maps S_STEP_ALLOC_CORES through this same function (spank-plugin step.rs).
+/// The machine's cores in Slurm's numbering (slurmd's block map over hwloc): socket by
+/// socket ([`Machine::sockets`]: packages, else NUMA nodes, ordered by first CPU, as
+/// hwloc orders them), within a socket NUMA node by NUMA node (NPS4, SNC), then by first
+/// CPU. Core `i` of gres.conf's `Cores=` is entry `i`. The plugin maps
+/// S_STEP_ALLOC_CORES through this same function (spank-plugin step.rs).
 pub fn slurm_core_order(machine: &Machine) -> Vec<CpuSet> {
     let cores: Vec<CpuSet> = if machine.cores.is_empty() {
         machine
@@ -33,40 +43,178 @@ pub fn slurm_core_order(machine: &Machine) -> Vec<CpuSet> {
     } else {
         machine.cores.clone()
     };
-    let mut packages: Vec<&CpuSet> = machine
+    let sockets = machine.sockets();
+    let mut numa: Vec<&CpuSet> = machine
         .numa_nodes
         .iter()
         .map(|n| &n.cpus)
         .filter(|c| !c.is_empty())
         .collect();
-    packages.sort_by_key(|c| c.first());
-    let mut keyed: Vec<((usize, Option<u32>), CpuSet)> = cores
-        .into_iter()
-        .map(|c| {
-            let package = c
+    numa.sort_by_key(|c| c.first());
+    let position = |groups: &[&CpuSet], cpu: Option<u32>| {
+        cpu.and_then(|cpu| groups.iter().position(|g| g.contains(cpu)))
+            .unwrap_or(usize::MAX)
+    };
+    let sockets: Vec<&CpuSet> = sockets.iter().collect();
+    let mut cores = cores;
+    cores.sort_by_cached_key(|c| {
+        let first = c.first();
+        (position(&sockets, first), position(&numa, first), first)
+    });
+    cores
+}
+
+/// The node as slurm.conf's NodeName line describes it (`Boards=1`): the same socket
+/// view [`gres_conf`] widens `Cores=` to, so the two files agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeShape {
+    pub sockets: u32,
+    pub cores_per_socket: u32,
+    pub threads_per_core: u32,
+}
+
+impl NodeShape {
+    /// The machine's shape in Slurm's terms. Slurm knows one CoresPerSocket and one
+    /// ThreadsPerCore per node, so sockets of unequal core counts (offline CPUs) or cores
+    /// of unequal thread counts are an error: no NodeName line describes them.
+    pub fn of(machine: &Machine) -> Result<NodeShape, ConfWriteError> {
+        let order = slurm_core_order(machine);
+        let sockets = machine.sockets();
+        let mut per_socket = vec![0u32; sockets.len()];
+        for core in &order {
+            let socket = core
                 .first()
-                .and_then(|cpu| packages.iter().position(|p| p.contains(cpu)))
-                .unwrap_or(usize::MAX);
-            ((package, c.first()), c)
+                .and_then(|cpu| sockets.iter().position(|s| s.contains(cpu)))
+                .ok_or_else(|| {
+                    ConfWriteError::UnevenNode(format!("core {core} is in no socket"))
+                })?;
+            per_socket[socket] += 1;
+        }
+        let cores_per_socket = per_socket.first().copied().unwrap_or(0);
+        if cores_per_socket == 0 || per_socket.iter().any(|&n| n != cores_per_socket) {
+            let counts: Vec<String> = per_socket.iter().map(u32::to_string).collect();
+            return Err(ConfWriteError::UnevenNode(format!(
+                "its sockets hold {} cores",
+                counts.join(", ")
+            )));
+        }
+        let threads_per_core = order[0].len() as u32;
+        if order.iter().any(|c| c.len() as u32 != threads_per_core) {
+            return Err(ConfWriteError::UnevenNode(
+                "its cores have unequal thread counts".into(),
+            ));
+        }
+        Ok(NodeShape {
+            sockets: sockets.len() as u32,
+            cores_per_socket,
+            threads_per_core,
         })
-        .collect();
-    keyed.sort_by_key(|(k, _)| *k);
-    keyed.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// The layout fields of a NodeName line, in `slurmd -C`'s form.
+    pub fn conf_fields(&self) -> String {
+        format!(
+            "CPUs={} Boards=1 SocketsPerBoard={} CoresPerSocket={} ThreadsPerCore={}",
+            self.sockets * self.cores_per_socket * self.threads_per_core,
+            self.sockets,
+            self.cores_per_socket,
+            self.threads_per_core
+        )
+    }
+}
+
+/// slurm.conf's NodeName line for this node: its [`NodeShape`] and `Gres=gpu:N`.
+pub fn node_line(machine: &Machine, name: &str) -> Result<String, ConfWriteError> {
+    let shape = NodeShape::of(machine)?;
+    let gres = match machine.gpus.len() {
+        0 => String::new(),
+        n => format!(" Gres=gpu:{n}"),
+    };
+    Ok(format!("NodeName={name} {}{gres}", shape.conf_fields()))
+}
+
+/// What slurmctld accepts as a gres.conf `Cores=` list, by series (gres.c, read for
+/// 22.05-26.05). From 24.11 slurmctld checks each list against the node's sockets when
+/// the node registers, and a list it refuses makes the node INVAL with the reason
+/// `gres/gpu GRES core specification ... doesn't match socket boundaries`: fatal for
+/// the node, with no setting to turn it off (gres.c's comment: jobs schedule GRES by
+/// socket anyway, and steps that honoured a narrower list disagreed with their jobs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoresRule {
+    /// 22.05-24.05: any list; the GPU's NUMA node's cores, the closest binding
+    /// (`--gpu-bind=closest` follows it on NPS4/SNC nodes).
+    Any,
+    /// 24.11-25.05 (`_foreach_rebuild_topo`, then `_check_core_range_matches_sock`):
+    /// every socket wholly in the list or wholly out.
+    WholeSockets,
+    /// 25.11+ (tickets 22991 and after): exactly one whole socket, or every core of the
+    /// node (no affinity).
+    OneSocketOrAll,
+}
+
+impl CoresRule {
+    /// The form every series accepts, for a target series nobody could tell.
+    pub const ANY_SERIES: CoresRule = CoresRule::OneSocketOrAll;
+
+    pub fn for_series(major: u32, minor: u32) -> CoresRule {
+        match (major, minor) {
+            (..24, _) | (24, ..11) => CoresRule::Any,
+            (24, _) | (25, ..11) => CoresRule::WholeSockets,
+            _ => CoresRule::OneSocketOrAll,
+        }
+    }
+
+    /// Widen Slurm core ids `ids` (one GPU's NUMA node) to what this rule accepts, over
+    /// `sockets` sockets of `per_socket` cores each (Slurm's socket `s` is cores
+    /// `s*per_socket .. (s+1)*per_socket`).
+    fn widen(self, ids: &CpuSet, sockets: u32, per_socket: u32) -> CpuSet {
+        let touched: Vec<u32> = (0..sockets)
+            .filter(|s| ids.iter().any(|i| i / per_socket == *s))
+            .collect();
+        let whole = |socks: &[u32]| -> CpuSet {
+            socks
+                .iter()
+                .flat_map(|s| s * per_socket..(s + 1) * per_socket)
+                .collect()
+        };
+        match self {
+            CoresRule::Any => ids.clone(),
+            CoresRule::WholeSockets => whole(&touched),
+            CoresRule::OneSocketOrAll if touched.len() == 1 => whole(&touched),
+            CoresRule::OneSocketOrAll => whole(&(0..sockets).collect::<Vec<_>>()),
+        }
+    }
 }
 
 /// gres.conf GPU lines: one `Name=gpu File=<dev_prefix>/nvidiaN Cores=<ids>` per GPU in
 /// Slurm's order, `Cores=` being the Slurm core ids of the GPU's NUMA node (its CPU node
-/// on Grace). Never `CPUs=` with hyperthread lists, which slurmd rejects. A GPU whose
-/// NUMA node is unknown gets no `Cores=` and a comment saying why (no guess).
+/// on Grace), widened as `rule` needs to whole sockets of [`NodeShape::of`] (the
+/// socket view slurm.conf's NodeName line from [`node_line`] states). Never `CPUs=` with
+/// hyperthread lists, which slurmd rejects. A GPU whose NUMA node is unknown gets no
+/// `Cores=` and a comment saying why (no guess). `Links=` from `nvlinks` when any two of
+/// the node's GPUs share an NVLink ([`links_field`]); omitted otherwise (unknown, or
+/// only NVSwitch links, where Slurm's own AutoDetect writes all zeros).
 pub fn gres_conf(
     machine: &Machine,
     dev_prefix: &str,
     header: &str,
+    rule: CoresRule,
+    nvlinks: &NvLinks,
 ) -> Result<String, ConfWriteError> {
     let order = slurm_core_order(machine);
+    let gpus = machine.gpus_in_slurm_order();
+    let peers: Vec<PciAddr> = gpus.iter().map(|g| g.pci).collect();
+    let with_links = nvlinks
+        .values()
+        .flat_map(|p| p.keys())
+        .any(|p| peers.contains(p));
+    let shape = match rule {
+        CoresRule::Any => None,
+        _ => Some(NodeShape::of(machine)?),
+    };
     let prefix = dev_prefix.trim_end_matches('/');
     let mut out = String::from(header);
-    for gpu in machine.gpus_in_slurm_order() {
+    for gpu in gpus {
         let minor = gpu
             .minor
             .ok_or_else(|| ConfWriteError::NoMinor(gpu.pci.to_string()))?;
@@ -74,7 +222,7 @@ pub fn gres_conf(
             .cpu_numa_of(gpu.pci)
             .and_then(|n| machine.numa_node(n))
             .map(|n| &n.cpus);
-        let ids: CpuSet = match cpus {
+        let mut ids: CpuSet = match cpus {
             Some(cpus) => order
                 .iter()
                 .enumerate()
@@ -83,18 +231,48 @@ pub fn gres_conf(
                 .collect(),
             None => CpuSet::new(),
         };
+        if let (Some(shape), false) = (shape, ids.is_empty()) {
+            ids = rule.widen(&ids, shape.sockets, shape.cores_per_socket);
+        }
+        let links = if with_links {
+            format!(" Links={}", links_field(gpu.pci, &peers, nvlinks))
+        } else {
+            String::new()
+        };
         if ids.is_empty() {
             out.push_str(&format!(
-                "# GPU {}: NUMA node unknown, no Cores= written\nName=gpu File={prefix}/nvidia{minor}\n",
+                "# GPU {}: NUMA node unknown, no Cores= written\nName=gpu File={prefix}/nvidia{minor}{links}\n",
                 gpu.pci
             ));
         } else {
             out.push_str(&format!(
-                "Name=gpu File={prefix}/nvidia{minor} Cores={ids}\n"
+                "Name=gpu File={prefix}/nvidia{minor} Cores={ids}{links}\n"
             ));
         }
     }
     Ok(out)
+}
+
+/// gres.conf's `Links=` for `gpu` (gres.conf(5), gres.c `_links_str2array`): one number
+/// per GPU of the node in the file's order (slurmd's gres index, which is this
+/// writer's line order, one GPU a line as `Links=` requires), `-1` for the GPU itself,
+/// else the count of NVLinks to that GPU (`0`: none).
+pub fn links_field(gpu: PciAddr, peers: &[PciAddr], nvlinks: &NvLinks) -> String {
+    let mine = nvlinks.get(&gpu);
+    peers
+        .iter()
+        .map(|p| {
+            if *p == gpu {
+                "-1".to_string()
+            } else {
+                mine.and_then(|m| m.get(p))
+                    .copied()
+                    .unwrap_or(0)
+                    .to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The plugin's plugstack line: `required /abs/gpu_affinity.so key=value ...`. Absolute,
@@ -165,7 +343,8 @@ mod tests {
     #[test]
     fn gres_lines_name_numa_cores() {
         let m = catalog::machine("p5.48xlarge").expect("catalog has p5");
-        let text = gres_conf(&m, "/dev/", "# marker\n").expect("writes");
+        let text =
+            gres_conf(&m, "/dev/", "# marker\n", CoresRule::Any, &NvLinks::new()).expect("writes");
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "# marker");
         assert_eq!(lines.len(), 9, "{text}");
@@ -179,6 +358,181 @@ mod tests {
             lines[1].split("Cores=").nth(1),
             lines[8].split("Cores=").nth(1)
         );
+    }
+
+    /// Two packages of `numa_per_package` NUMA nodes, `cores_per_numa` one-thread cores
+    /// each, CPUs numbered `interleaved` (CPU 0 on package 0, CPU 1 on package 1, ...)
+    /// or in a row; one GPU (minor = position) on each NUMA node in `gpu_numa`.
+    fn nps_machine(
+        numa_per_package: u32,
+        cores_per_numa: u32,
+        interleaved: bool,
+        gpu_numa: &[u32],
+    ) -> Machine {
+        use crate::model::{Gpu, NumaNode, PciDevice, PciLink, class, vendor};
+        let per_package = numa_per_package * cores_per_numa;
+        let cpu = |package: u32, k: u32| {
+            if interleaved {
+                2 * k + package
+            } else {
+                package * per_package + k
+            }
+        };
+        let mut m = Machine::default();
+        let mut packages = Vec::new();
+        for package in 0..2 {
+            let mut all = CpuSet::new();
+            for n in 0..numa_per_package {
+                let cpus: CpuSet = (0..cores_per_numa)
+                    .map(|k| cpu(package, n * cores_per_numa + k))
+                    .collect();
+                all = all.union(&cpus);
+                m.cores
+                    .extend(cpus.iter().map(|c| [c].into_iter().collect()));
+                m.numa_nodes.push(NumaNode {
+                    id: package * numa_per_package + n,
+                    cpus,
+                });
+            }
+            packages.push(all);
+        }
+        m.set_packages(packages);
+        for (i, numa) in gpu_numa.iter().enumerate() {
+            let pci = format!("0000:{:02x}:00.0", 0x10 + i).parse().expect("pci");
+            m.pci.push(PciDevice {
+                addr: pci,
+                parent: None,
+                root: None,
+                vendor: vendor::NVIDIA,
+                device: 0x2330,
+                class: class::DISPLAY_3D,
+                numa_node: Some(*numa),
+                link: PciLink::default(),
+            });
+            m.gpus.push(Gpu {
+                pci,
+                minor: Some(i as u32),
+                model: None,
+            });
+        }
+        m.normalize();
+        m
+    }
+
+    fn cores_lines(m: &Machine, rule: CoresRule) -> Vec<String> {
+        gres_conf(m, "/dev", "", rule, &NvLinks::new())
+            .expect("writes")
+            .lines()
+            .map(|l| l.split("Cores=").nth(1).unwrap_or("-").to_string())
+            .collect()
+    }
+
+    #[test]
+    fn nps4_cores_widen_to_whole_sockets_from_24_11() {
+        // AMD NPS4, two packages of 4 NUMA nodes x 4 cores; GPUs on NUMA 1, 2 and 6.
+        let m = nps_machine(4, 4, false, &[1, 2, 6]);
+        assert_eq!(m.packages.len(), 2, "packages differ from the NUMA nodes");
+        let shape = NodeShape::of(&m).expect("even");
+        assert_eq!(
+            shape.conf_fields(),
+            "CPUs=32 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=1"
+        );
+        assert_eq!(
+            cores_lines(&m, CoresRule::for_series(22, 5)),
+            ["4-7", "8-11", "24-27"]
+        );
+        for series in [(24, 11), (25, 5), (25, 11), (26, 5)] {
+            let (major, minor) = series;
+            assert_eq!(
+                cores_lines(&m, CoresRule::for_series(major, minor)),
+                ["0-15", "0-15", "16-31"],
+                "{series:?}"
+            );
+        }
+        assert_eq!(CoresRule::for_series(24, 5), CoresRule::Any);
+        assert_eq!(CoresRule::for_series(25, 5), CoresRule::WholeSockets);
+        assert_eq!(CoresRule::for_series(26, 5), CoresRule::OneSocketOrAll);
+        assert_eq!(
+            node_line(&m, "n1").expect("line"),
+            "NodeName=n1 CPUs=32 Boards=1 SocketsPerBoard=2 CoresPerSocket=16 ThreadsPerCore=1 Gres=gpu:3"
+        );
+    }
+
+    #[test]
+    fn interleaved_cpus_number_package_by_package() {
+        // CPU 0 on package 0, CPU 1 on package 1: Slurm's core 1 is CPU 2, not CPU 1.
+        let m = nps_machine(2, 2, true, &[1, 2]);
+        let order: Vec<String> = slurm_core_order(&m).iter().map(|c| c.to_string()).collect();
+        assert_eq!(order, ["0", "2", "4", "6", "1", "3", "5", "7"]);
+        assert_eq!(cores_lines(&m, CoresRule::Any), ["2-3", "4-5"]);
+        assert_eq!(cores_lines(&m, CoresRule::OneSocketOrAll), ["0-3", "4-7"]);
+    }
+
+    #[test]
+    fn a_numa_node_over_two_sockets_gets_all_cores_or_both() {
+        // A VM: one NUMA node spanning both packages. 24.11 takes both whole sockets,
+        // 25.11+ only one socket or all cores: here the same list.
+        let mut m = nps_machine(1, 4, false, &[0]);
+        let all: CpuSet = (0..8).collect();
+        m.numa_nodes = vec![crate::model::NumaNode { id: 0, cpus: all }];
+        assert_eq!(cores_lines(&m, CoresRule::WholeSockets), ["0-7"]);
+        assert_eq!(cores_lines(&m, CoresRule::OneSocketOrAll), ["0-7"]);
+        // Four packages, the NUMA node over two of them: 25.11 needs all cores.
+        assert_eq!(
+            CoresRule::OneSocketOrAll.widen(&(0..8).collect(), 4, 4),
+            (0..16).collect()
+        );
+        assert_eq!(
+            CoresRule::WholeSockets.widen(&(0..8).collect(), 4, 4),
+            (0..8).collect()
+        );
+    }
+
+    #[test]
+    fn uneven_sockets_have_no_node_line() {
+        let mut m = nps_machine(1, 4, false, &[0]);
+        m.cores.pop();
+        let err = node_line(&m, "n1").expect_err("uneven");
+        assert_eq!(
+            err.to_string(),
+            "slurm.conf cannot describe this node's sockets: its sockets hold 4, 3 cores"
+        );
+        assert!(gres_conf(&m, "/dev", "", CoresRule::WholeSockets, &NvLinks::new()).is_err());
+        assert!(gres_conf(&m, "/dev", "", CoresRule::Any, &NvLinks::new()).is_ok());
+    }
+
+    #[test]
+    fn links_count_nvlinks_in_line_order() {
+        // NVLink-bridged pairs (Azure NC A100 v4: 12 links each), minors against PCI
+        // order: line order follows the minors, and so do the positions.
+        let mut m = nps_machine(1, 2, false, &[0, 0, 1, 1]);
+        m.gpus[0].minor = Some(1);
+        m.gpus[1].minor = Some(0);
+        let pci: Vec<PciAddr> = m.gpus.iter().map(|g| g.pci).collect();
+        let mut links = NvLinks::new();
+        for (a, b) in [(0, 1), (2, 3)] {
+            links.entry(pci[a]).or_default().insert(pci[b], 12);
+            links.entry(pci[b]).or_default().insert(pci[a], 12);
+        }
+        let text = gres_conf(&m, "/dev", "", CoresRule::Any, &links).expect("writes");
+        let fields: Vec<&str> = text
+            .lines()
+            .map(|l| l.split("Links=").nth(1).unwrap_or("-"))
+            .collect();
+        assert_eq!(
+            fields,
+            ["-1,12,0,0", "12,-1,0,0", "0,0,-1,12", "0,0,12,-1"],
+            "{text}"
+        );
+        assert!(
+            text.starts_with("Name=gpu File=/dev/nvidia0 Cores=0-1 Links="),
+            "{text}"
+        );
+        // Links to GPUs of no line (an NVSwitch's address): no Links= at all.
+        let switch: PciAddr = "0000:ff:00.0".parse().expect("pci");
+        let only_switch = NvLinks::from([(pci[0], BTreeMap::from([(switch, 18)]))]);
+        let text = gres_conf(&m, "/dev", "", CoresRule::Any, &only_switch).expect("writes");
+        assert!(!text.contains("Links="), "{text}");
     }
 
     #[test]

@@ -421,11 +421,16 @@ pub fn blocks(places: &[NodePlace], name: &str) -> (Topology, String) {
 }
 
 /// Tree topology: a switch per unit at every level (`s<level>_<n>`), nodes on the
-/// innermost, and `root` over the top level when it has more than one unit.
+/// innermost, and `root` over the top level when it has more than one unit. Slurm takes
+/// nodes on leaf switches only, so nodes whose path ends at a unit other nodes' paths
+/// go below (an OCI GB200 node without `customerGpuMemoryFabric` beside ones with it)
+/// get a leaf of their own under it, named for the same unit.
 pub fn tree(places: &[NodePlace], name: &str) -> (Topology, String) {
     let mut index: HashMap<&[String], usize> = HashMap::new();
     let mut per_level: HashMap<usize, usize> = HashMap::new();
     let mut switches: Vec<Switch> = Vec::new();
+    // Each switch's path (so its depth), by position in `switches`.
+    let mut paths: Vec<&[String]> = Vec::new();
     let mut tops: Vec<String> = Vec::new();
     let mut notes = String::new();
     for p in places {
@@ -447,6 +452,7 @@ pub fn tree(places: &[NodePlace], name: &str) -> (Topology, String) {
                         name: n,
                         ..Switch::default()
                     });
+                    paths.push(key);
                     index.insert(key, switches.len() - 1);
                     switches.len() - 1
                 }
@@ -456,6 +462,23 @@ pub fn tree(places: &[NodePlace], name: &str) -> (Topology, String) {
         if let Some(leaf) = parent {
             switches[leaf].nodes.push(p.node.clone());
         }
+    }
+    for i in 0..switches.len() {
+        if switches[i].children.is_empty() || switches[i].nodes.is_empty() {
+            continue;
+        }
+        let depth = paths[i].len() + 1;
+        let count = per_level.entry(depth).or_insert(0);
+        *count += 1;
+        let n = format!("s{depth}_{count}");
+        comment(&mut notes, &n, paths[i]);
+        let nodes = std::mem::take(&mut switches[i].nodes);
+        switches[i].children.push(n.clone());
+        switches.push(Switch {
+            name: n,
+            nodes,
+            ..Switch::default()
+        });
     }
     if tops.len() > 1 {
         switches.push(Switch {
@@ -516,6 +539,29 @@ mod tests {
         let (b, _) = blocks(&places, "b");
         let Kind::Block(bl) = b.kind else { panic!() };
         assert_eq!(bl.blocks.len(), 2);
+    }
+
+    #[test]
+    fn tree_gives_nodes_of_a_shorter_path_their_own_leaf() {
+        // OCI: b has no GPU memory fabric, a has one inside the same local block.
+        let oci = r#"{"ocid1.instance.a":{"customerHPCIslandId":"isl","customerNetworkBlock":"nb","customerLocalBlock":"lb1","customerGpuMemoryFabric":"fab1"},
+                      "ocid1.instance.b":{"customerHPCIslandId":"isl","customerNetworkBlock":"nb","customerLocalBlock":"lb1"}}"#;
+        let files = [("oci.json".to_string(), oci.to_string())];
+        let places = place(
+            Source::Oci,
+            &files,
+            "n1 ocid1.instance.a\nn2 ocid1.instance.b\n",
+        )
+        .expect("valid");
+        let (t, notes) = tree(&places, "tree");
+        let text = crate::slurm::topology::write_conf(&t, "").expect("a valid tree");
+        assert!(text.contains("SwitchName=s4_1 Nodes=n1\n"), "{text}");
+        assert!(text.contains("SwitchName=s4_2 Nodes=n2\n"), "{text}");
+        assert!(
+            text.contains("SwitchName=s3_1 Switches=s4_[1-2]\n"),
+            "{text}"
+        );
+        assert!(notes.contains("# s4_2 = lb1"), "{notes}");
     }
 
     #[test]

@@ -4,18 +4,19 @@
 //!
 //! The unit is the innermost one Slurm places a job in:
 //! - block form: a block (`BlockName=` / `blocks:`), what `--segment` keeps a job inside;
-//! - tree form: a leaf switch (a switch with `Nodes=`), what `--switches=1` asks for. Upper
-//!   switch levels are not checked: a step under one leaf is the only placement that
-//!   needs no inter-switch hop, and a "configured switch level" has no place in
-//!   topology.conf to come from;
+//! - tree form: a leaf switch (a switch with `Nodes=`), what `--switches=1` asks for; or,
+//!   with a configured switch level N ([`span_within`]; topology.conf has no place for
+//!   one, so it is the admin's setting), one switch of level N or below;
 //! - flat (topology.yaml `flat: true`): nothing to check.
 //!
 //! topology.yaml holds several topologies; the one checked is the one the step's
 //! partition selects (slurm.conf `PartitionName=... Topology=NAME`, Slurm 25.05+), else
 //! `cluster_default`, else the first: what slurmctld places that partition's jobs by.
 
+use std::collections::HashMap;
+
 use super::hostlist;
-use super::topology::{Kind, Topology};
+use super::topology::{Kind, Switch, Topology};
 
 /// Most step nodes one check expands: a step list is Slurm's own, but it reaches the
 /// plugin through the job environment, so a hostile `n[0-4294967295]` must stay cheap.
@@ -42,6 +43,8 @@ pub enum Span {
 pub enum Unit {
     Block,
     LeafSwitch,
+    /// A switch of this tree level (1 and up) or below it ([`span_within`]).
+    Switch(u32),
 }
 
 /// The topology a cluster places jobs by: topology.yaml's `cluster_default` (else its
@@ -84,53 +87,29 @@ pub fn step_nodes(list: &str) -> Result<Vec<String>, String> {
     Ok(nodes)
 }
 
-/// A unit's name and its nodes.
-type Members<'t> = (&'t str, &'t [String]);
-
-/// The placement units of `t` with their nodes; `None` for a flat topology.
-fn units(t: &Topology) -> Option<(Unit, Vec<Members<'_>>)> {
-    match &t.kind {
-        Kind::Flat => None,
-        Kind::Block(b) => Some((
-            Unit::Block,
-            b.blocks
-                .iter()
-                .map(|b| (b.name.as_str(), b.nodes.as_slice()))
-                .collect(),
-        )),
-        Kind::Tree(switches) => Some((
-            Unit::LeafSwitch,
-            switches
-                .iter()
-                .filter(|s| !s.nodes.is_empty())
-                .map(|s| (s.name.as_str(), s.nodes.as_slice()))
-                .collect(),
-        )),
-    }
-}
-
 /// The unit (block or leaf switch) `node` is placed in; `None` when `t` is flat or does
 /// not name the node. A node in two units is one slurmctld rejects; the first counts.
 pub fn unit_of<'t>(t: &'t Topology, node: &str) -> Option<(Unit, &'t str)> {
-    let (unit, units) = units(t)?;
-    units
-        .into_iter()
-        .find(|(_, members)| members.iter().any(|n| n == node))
-        .map(|(name, _)| (unit, name))
+    let (unit, of_node) = node_units(t, 0)?;
+    of_node.get(node).map(|name| (unit, *name))
 }
 
-/// Where each of `nodes` sits in `t`.
+/// Where each of `nodes` sits in `t`, the unit being a block or a leaf switch: the
+/// plugin's check ([`span_within`] at switch level 0).
 pub fn span(t: &Topology, nodes: &[String]) -> Span {
-    let Some((unit, units)) = units(t) else {
+    span_within(t, nodes, 0)
+}
+
+/// Where each of `nodes` sits in `t` when a step may span switches up to `switch_level`
+/// of the tree: level 0 is a leaf switch (a switch with `Nodes=`), a switch's level is
+/// one more than its highest child's, as topology/tree counts them (what
+/// `--switches=1` bounds at level 0). The unit of a node is the highest switch above
+/// its leaf whose level is at most `switch_level`; the step fits when all its nodes
+/// share one. Blocks and flat topologies have no levels: the level changes nothing.
+pub fn span_within(t: &Topology, nodes: &[String], switch_level: u32) -> Span {
+    let Some((unit, of_node)) = node_units(t, switch_level) else {
         return Span::Fits;
     };
-    let mut of_node = std::collections::HashMap::new();
-    for (name, members) in &units {
-        for n in *members {
-            // A node in two units is one slurmctld rejects; the first one counts.
-            of_node.entry(n.as_str()).or_insert(*name);
-        }
-    }
     let mut unknown = Vec::new();
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     for n in nodes {
@@ -149,6 +128,85 @@ pub fn span(t: &Topology, nodes: &[String]) -> Span {
     } else {
         Span::Fits
     }
+}
+
+/// Each named node's unit in `t` (a block, or the tree switch of [`span_within`]'s
+/// `switch_level`); `None` for a flat topology. A node in two units is one slurmctld
+/// rejects; the first one counts.
+fn node_units(t: &Topology, switch_level: u32) -> Option<(Unit, HashMap<&str, &str>)> {
+    match &t.kind {
+        Kind::Flat => None,
+        Kind::Block(b) => {
+            let mut of_node = HashMap::new();
+            for b in &b.blocks {
+                for n in &b.nodes {
+                    of_node.entry(n.as_str()).or_insert(b.name.as_str());
+                }
+            }
+            Some((Unit::Block, of_node))
+        }
+        Kind::Tree(switches) => {
+            let unit = match switch_level {
+                0 => Unit::LeafSwitch,
+                level => Unit::Switch(level),
+            };
+            Some((unit, tree_units(switches, switch_level)))
+        }
+    }
+}
+
+/// Each node's unit in a tree: its leaf switch, raised to the parent while the parent's
+/// level is at most `max_level`.
+fn tree_units(switches: &[Switch], max_level: u32) -> HashMap<&str, &str> {
+    let by_name: HashMap<&str, &Switch> = switches.iter().map(|s| (s.name.as_str(), s)).collect();
+    let mut parent: HashMap<&str, &str> = HashMap::new();
+    for s in switches {
+        for c in &s.children {
+            parent.entry(c.as_str()).or_insert(s.name.as_str());
+        }
+    }
+    let mut levels: HashMap<&str, u32> = HashMap::new();
+    for s in switches {
+        level(s, &by_name, &mut levels, switches.len());
+    }
+    let mut of_node = HashMap::new();
+    for s in switches.iter().filter(|s| !s.nodes.is_empty()) {
+        let mut unit = s.name.as_str();
+        // Bounded by the switch count: a cycle (which validate refuses) cannot loop.
+        for _ in 0..switches.len() {
+            match parent.get(unit) {
+                Some(p) if levels.get(p).is_some_and(|l| *l <= max_level) => unit = p,
+                _ => break,
+            }
+        }
+        for n in &s.nodes {
+            of_node.entry(n.as_str()).or_insert(unit);
+        }
+    }
+    of_node
+}
+
+/// A switch's level (0 for one without child switches), memoised; recursion bounded by
+/// `depth` so a cyclic tree ends.
+fn level<'t>(
+    s: &'t Switch,
+    by_name: &HashMap<&str, &'t Switch>,
+    levels: &mut HashMap<&'t str, u32>,
+    depth: usize,
+) -> u32 {
+    if let Some(l) = levels.get(s.name.as_str()) {
+        return *l;
+    }
+    let mut l = 0;
+    if depth > 0 {
+        for c in &s.children {
+            if let Some(child) = by_name.get(c.as_str()) {
+                l = l.max(level(child, by_name, levels, depth - 1) + 1);
+            }
+        }
+    }
+    levels.insert(s.name.as_str(), l);
+    l
 }
 
 /// The one-line reason for a step that does not fit (without the `gpu-affinity: `
@@ -172,11 +230,20 @@ pub fn reason(span: &Span) -> Option<String> {
             }
             let (what, one, hint) = match unit {
                 Unit::Block => (
-                    "placement blocks",
-                    "one block",
+                    "placement blocks".to_string(),
+                    "one block".to_string(),
                     "try --switches=1 or --segment",
                 ),
-                Unit::LeafSwitch => ("leaf switches", "one leaf switch", "try --switches=1"),
+                Unit::LeafSwitch => (
+                    "leaf switches".to_string(),
+                    "one leaf switch".to_string(),
+                    "try --switches=1",
+                ),
+                Unit::Switch(level) => (
+                    format!("level-{level} switches"),
+                    format!("one level-{level} switch"),
+                    "try --switches=1",
+                ),
             };
             Some(format!(
                 "step spans {} {what}: {}; strict placement needs {one} ({hint})",
@@ -261,6 +328,58 @@ mod tests {
                 "step spans 2 leaf switches: s1=[h2] s2=[h3]; strict placement needs one leaf switch (try --switches=1)"
             )
         );
+    }
+
+    /// Two pods of two leaves each under one spine: level 0 leaves, level 1 pods, level 2
+    /// the spine.
+    const PODS: &str = "SwitchName=l1 Nodes=h[1-2]\nSwitchName=l2 Nodes=h[3-4]\nSwitchName=l3 Nodes=h[5-6]\nSwitchName=l4 Nodes=h[7-8]\nSwitchName=p1 Switches=l[1-2]\nSwitchName=p2 Switches=l[3-4]\nSwitchName=spine Switches=p[1-2]\n";
+
+    #[test]
+    fn a_switch_level_lets_a_step_span_leaves_under_one_switch() {
+        let t = parse_conf(PODS).expect("conf");
+        // Level 0 is the leaf check itself.
+        assert_eq!(
+            span_within(&t, &nodes("h[2-3]"), 0),
+            span(&t, &nodes("h[2-3]"))
+        );
+        assert!(matches!(span(&t, &nodes("h[2-3]")), Span::Spans { .. }));
+        // Level 1: one pod is fine, two pods are not, named by pod.
+        assert_eq!(span_within(&t, &nodes("h[1-4]"), 1), Span::Fits);
+        let s = span_within(&t, &nodes("h[3-6]"), 1);
+        assert_eq!(
+            reason(&s).as_deref(),
+            Some(
+                "step spans 2 level-1 switches: p1=[h[3-4]] p2=[h[5-6]]; strict placement needs one level-1 switch (try --switches=1)"
+            )
+        );
+        // Level 2 (the spine) and above: the whole tree.
+        assert_eq!(span_within(&t, &nodes("h[1-8]"), 2), Span::Fits);
+        assert_eq!(span_within(&t, &nodes("h[1-8]"), 9), Span::Fits);
+        // Unknown nodes and blocks are as at level 0.
+        assert!(matches!(
+            span_within(&t, &nodes("h1,x1"), 1),
+            Span::Unknown(_)
+        ));
+        let b = parse_conf(BLOCKS).expect("conf");
+        assert_eq!(
+            span_within(&b, &nodes("h[1-4]"), 3),
+            span(&b, &nodes("h[1-4]"))
+        );
+    }
+
+    #[test]
+    fn an_uneven_tree_counts_levels_from_the_deepest_child() {
+        // top has a leaf (l3) and a pod (p1) below it: top is level 2, so at level 1
+        // the pod's nodes and l3's differ, at level 2 they share top.
+        let text = "SwitchName=l1 Nodes=h1\nSwitchName=l2 Nodes=h2\nSwitchName=l3 Nodes=h3\nSwitchName=p1 Switches=l[1-2]\nSwitchName=top Switches=p1,l3\n";
+        let t = parse_conf(text).expect("conf");
+        assert_eq!(span_within(&t, &nodes("h[1-2]"), 1), Span::Fits);
+        let Span::Spans { groups, .. } = span_within(&t, &nodes("h[1-3]"), 1) else {
+            panic!("spans at level 1")
+        };
+        let names: Vec<&str> = groups.iter().map(|(g, _)| g.as_str()).collect();
+        assert_eq!(names, ["p1", "l3"]);
+        assert_eq!(span_within(&t, &nodes("h[1-3]"), 2), Span::Fits);
     }
 
     #[test]

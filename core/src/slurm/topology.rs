@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use serde::{Deserialize, Serialize};
 
 use super::hostlist::{self, HostlistError};
+use crate::text::printable;
 
 /// Most nodes (or switches) one list may name: larger than any cloud cluster today, small
 /// enough that a hostile `n[0-4294967295]` costs bounded memory.
@@ -65,11 +66,13 @@ pub struct Block {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
-    #[error("topology.conf line {line}: {message}")]
+    // Names and messages quote the input, which may hold control characters (a YAML
+    // name folded over lines): escaped, so an error stays one line.
+    #[error("topology.conf line {line}: {}", printable(message))]
     Conf { line: usize, message: String },
-    #[error("topology.yaml: {0}")]
+    #[error("topology.yaml: {}", printable(.0))]
     Yaml(String),
-    #[error("topology {topology}: {message}")]
+    #[error("topology {}: {}", printable(topology), printable(message))]
     Invalid { topology: String, message: String },
 }
 
@@ -552,6 +555,16 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `slurm_topology` fuzz target: a YAML name folded over lines kept its
+    /// newline, and the error quoting it was two lines.
+    #[test]
+    fn errors_quoting_a_multi_line_name_stay_one_line() {
+        let e = parse_yaml("- topology: block\n \n    b 2    b 2-4  blc").expect_err("no kind");
+        let line = e.to_string();
+        assert!(!line.contains('\n'), "{line:?}");
+        assert!(line.starts_with("topology block\\nb 2"), "{line}");
+    }
 
     const TREE: &str = "# a comment\nSwitchName=s1 Nodes=n[1-2] LinkSpeed=100\nswitchname=s2 nodes=n[3-4]\nSwitchName=top Switches=s[1-2]\n";
     const BLOCK: &str = "BlockName=b1 Nodes=gpu[001-018]\nBlockName=b2 Nodes=gpu[019-036] # rack 2\nBlockSizes=18,36\n";

@@ -112,6 +112,7 @@ pub fn switch_tree() -> Machine {
             },
         ],
         cores: smt_cores(8),
+        packages: Vec::new(),
         pci: vec![
             gen5(dev(
                 "0000:00:01.0",
@@ -299,6 +300,7 @@ pub fn p4d() -> Machine {
             },
         ],
         cores: smt_cores(48),
+        packages: Vec::new(),
         pci,
         gpus,
         nics,
@@ -324,6 +326,7 @@ pub fn gcp_vm() -> Machine {
             cpus: cpus("0-7"),
         }],
         cores: smt_cores(4),
+        packages: Vec::new(),
         pci: vec![
             dev(
                 "0000:00:04.0",

@@ -7,7 +7,10 @@ pub mod write;
 use std::path::{Path, PathBuf};
 
 use clap::{Args as ClapArgs, Subcommand, ValueEnum};
-use gpu_affinity::slurm::conf_write::{self, MARKER};
+use gpu_affinity::config;
+use gpu_affinity::health::{Gap, Gathered};
+use gpu_affinity::model::Machine;
+use gpu_affinity::slurm::conf_write::{self, CoresRule, MARKER};
 use gpu_affinity::slurm::placement::{self, Source};
 use gpu_affinity::slurm::topology::{self, Topology};
 use gpu_affinity::{sources, trust};
@@ -49,6 +52,59 @@ struct NodeFactsArgs {
     /// Print JSON (the `--from nvlink` format) instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    nvml: NvmlArgs,
+}
+
+/// Where NVML comes from, for the NVLink facts NVML alone knows (fabric, GPU links).
+#[derive(ClapArgs, Debug)]
+struct NvmlArgs {
+    /// The NVML library [default: `[nvml] library` of the admin config, else
+    /// libnvidia-ml.so.1].
+    #[arg(long, value_name = "PATH")]
+    nvml_library: Option<PathBuf>,
+    /// The admin config naming `[nvml] library` [default: /etc/gpu-affinity/config.toml
+    /// when it exists].
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// The uid the config must belong to (tests; root otherwise).
+    #[arg(long, value_name = "UID", default_value_t = trust::ROOT, hide = true)]
+    trusted_owner: u32,
+}
+
+/// NVML's bound: a wedged driver must not hang the command (Invariant 4).
+const NVML_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl NvmlArgs {
+    /// Run one NVML reader (`what` names it) on the library the flag or the config
+    /// names, in a bounded thread. No NVML (a node without the driver) is no answer,
+    /// said on stderr: what the command writes is valid without it.
+    fn read<T: Send + 'static>(
+        &self,
+        what: &str,
+        read: fn(Option<&Path>) -> Gathered<T>,
+    ) -> Result<Option<T>, CliError> {
+        let library = match &self.nvml_library {
+            Some(p) => Some(p.clone()),
+            None => config::locate(self.config.as_deref(), Path::new(config::DEFAULT_CONFIG))
+                .map(|path| config::read_trusted(&path, self.trusted_owner))
+                .transpose()?
+                .and_then(|c| c.health.nvml_library),
+        };
+        match gpu_affinity_node::bounded::within(NVML_BOUND, move || read(library.as_deref())) {
+            Ok(value) => Ok(Some(value)),
+            Err(gap) => {
+                let why = match gap {
+                    Gap::Timeout { after_ms } => {
+                        format!("NVML did not answer within {after_ms} ms")
+                    }
+                    Gap::Failed(why) | Gap::Skipped(why) => why,
+                };
+                eprintln!("gpu-affinity: {what} not read: {why}");
+                Ok(None)
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -115,7 +171,61 @@ struct GresArgs {
     #[arg(long, value_name = "DIR", default_value = "/dev")]
     dev_prefix: String,
     #[command(flatten)]
+    series: SeriesArgs,
+    /// Links= come from this node's NVML (GPU-to-GPU NVLinks, matched to the tree's
+    /// GPUs by PCI address).
+    #[command(flatten)]
+    nvml: NvmlArgs,
+    #[command(flatten)]
     out: Output,
+}
+
+/// Which Slurm series the file is for: it decides how `Cores=` is widened.
+#[derive(ClapArgs, Debug)]
+struct SeriesArgs {
+    /// The target Slurm series (`24.11`) [default: the Slurm under --slurm-prefix; none
+    /// found: a form every series accepts].
+    #[arg(long, value_name = "MAJOR.MINOR")]
+    slurm_series: Option<String>,
+    /// Where to look for the local Slurm when --slurm-series is not given.
+    #[arg(long, value_name = "DIR", default_value = "/usr")]
+    slurm_prefix: PathBuf,
+}
+
+impl SeriesArgs {
+    /// The `Cores=` rule of the target series, and a comment line naming it.
+    fn cores_rule(&self) -> Result<(CoresRule, String), CliError> {
+        let found = match &self.slurm_series {
+            Some(s) => Some((s.clone(), "--slurm-series".to_string())),
+            None => std::fs::canonicalize(&self.slurm_prefix)
+                .ok()
+                .and_then(|real| crate::install::find_series(&real).ok()),
+        };
+        let Some((series, from)) = found else {
+            return Ok((
+                CoresRule::ANY_SERIES,
+                "# No Slurm found: Cores= in the form every series accepts (one whole socket, else all cores).\n".into(),
+            ));
+        };
+        let (major, minor) = series
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+            .ok_or_else(|| {
+                CliError(format!(
+                    "--slurm-series {series:?}: give MAJOR.MINOR, e.g. 24.11"
+                ))
+            })?;
+        let rule = CoresRule::for_series(major, minor);
+        let what = match rule {
+            CoresRule::Any => "the GPU's NUMA node's cores",
+            CoresRule::WholeSockets => "widened to whole sockets",
+            CoresRule::OneSocketOrAll => "widened to one whole socket, else all cores",
+        };
+        Ok((
+            rule,
+            format!("# For Slurm {series} (from {from}): Cores= {what}.\n"),
+        ))
+    }
 }
 
 #[derive(ClapArgs, Debug)]
@@ -145,6 +255,13 @@ struct SlurmArgs {
     /// The topology file you generate with `conf topology` (none: no topology lines).
     #[arg(long, value_enum)]
     topology: Option<Form>,
+    /// Add this node's NodeName line (sockets, cores, threads, GPUs), in the socket
+    /// view `conf gres` widens Cores= to.
+    #[arg(long, value_name = "NAME")]
+    node_name: Option<String>,
+    /// Read the node's topology for --node-name under this root instead of /.
+    #[arg(long, value_name = "DIR", default_value = "/", requires = "node_name")]
+    sysfs_root: PathBuf,
 }
 
 fn read_input(path: &Path) -> Result<String, CliError> {
@@ -157,13 +274,22 @@ pub fn run(args: &Args) -> Result<(), CliError> {
     match &args.what {
         What::Topology(a) => run_topology(a),
         What::Gres(a) => {
-            let machine = sources::sysfs::read_machine(&a.sysfs_root)
-                .map_err(|e| CliError(format!("{}: {e}", a.sysfs_root.display())))?;
+            let machine = read_machine(&a.sysfs_root)?;
+            let (rule, note) = a.series.cores_rule()?;
             let header = format!(
-                "{MARKER}\n# gres.conf GPU lines for this node; Cores= are Slurm core ids.\n"
+                "{MARKER}\n# gres.conf GPU lines for this node; Cores= are Slurm core ids.\n{note}"
             );
-            a.out
-                .put(&conf_write::gres_conf(&machine, &a.dev_prefix, &header)?)
+            let nvlinks = a
+                .nvml
+                .read("NVLinks", gpu_affinity_node::nvml::read_nvlink_peers)?
+                .unwrap_or_default();
+            a.out.put(&conf_write::gres_conf(
+                &machine,
+                &a.dev_prefix,
+                &header,
+                rule,
+                &nvlinks,
+            )?)
         }
         What::Plugstack(a) => {
             let line = conf_write::plugstack_line(&a.plugin, &a.plugin_args)?;
@@ -181,14 +307,29 @@ pub fn run(args: &Args) -> Result<(), CliError> {
                 conf_write::plugstack_conf(&body, &line)
             ))
         }
-        What::Slurm(a) => emit(&slurm_snippet(&a.bin_dir, a.topology)),
+        What::Slurm(a) => {
+            let mut text = slurm_snippet(&a.bin_dir, a.topology);
+            if let Some(name) = &a.node_name {
+                let machine = read_machine(&a.sysfs_root)?;
+                text.push_str(
+                    "# This node's layout, in the sockets `conf gres` widens Cores= to (Slurm\n\
+                     # 24.11+ set a node INVAL whose Cores= split a socket). Add RealMemory=.\n",
+                );
+                text.push_str(&conf_write::node_line(&machine, name)?);
+                text.push('\n');
+            }
+            emit(&text)
+        }
         What::NodeFacts(a) => node_facts(a),
     }
 }
 
+fn read_machine(root: &Path) -> Result<Machine, CliError> {
+    sources::sysfs::read_machine(root).map_err(|e| CliError(format!("{}: {e}", root.display())))
+}
+
 fn node_facts(a: &NodeFactsArgs) -> Result<(), CliError> {
-    let machine = sources::sysfs::read_machine(&a.sysfs_root)
-        .map_err(|e| CliError(format!("{}: {e}", a.sysfs_root.display())))?;
+    let machine = read_machine(&a.sysfs_root)?;
     let hostname = match &a.hostname {
         Some(h) => h.clone(),
         None => read_input(&a.sysfs_root.join("proc/sys/kernel/hostname"))
@@ -198,11 +339,12 @@ fn node_facts(a: &NodeFactsArgs) -> Result<(), CliError> {
     if hostname.is_empty() {
         return Err(CliError("cannot tell the hostname; give --hostname".into()));
     }
-    // The NVLink fabric (NVML clusterUuid + cliqueId) is not read yet: nvml-wrapper 0.11
-    // has no fabric call and this crate has no unsafe. Facts without it are still valid
-    // input; `--from nvlink` then names the node as having no complete fabric.
-    eprintln!("gpu-affinity: NVLink fabric not read (no NVML fabric query in this build)");
-    let facts = placement::node_facts(&machine, &hostname, &std::collections::HashMap::new());
+    // Without NVML the facts are still valid input; `--from nvlink` names such nodes.
+    let fabrics = a
+        .nvml
+        .read("NVLink fabric", gpu_affinity_node::nvml::read_fabrics)?
+        .unwrap_or_default();
+    let facts = placement::node_facts(&machine, &hostname, &fabrics);
     if a.json {
         return emit(&(serde_json::to_string_pretty(&facts)? + "\n"));
     }

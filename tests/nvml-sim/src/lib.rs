@@ -11,8 +11,12 @@
 //!            "remap_failure": false, "retired_pending": false, "nvlinks": [true, true],
 //!            "persistence": true, "lost": false}]}
 //! ```
+//! `"nvlink_remote": ["0000:54:00.0", ...]` per GPU: the bus id at the far end of each link.
 //! `"processes": [[pid, used_bytes], ...]` per GPU: its running compute processes;
 //! `"recovery_action": N` per GPU: the NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field.
+//! `"fabric": {"cluster_uuid": "<32 hex digits, dashes allowed>", "clique_id": N,
+//! "state": 3}` per GPU: its NVLink fabric (nvmlDeviceGetGpuFabricInfo[V]; `state` 3 is
+//! NVML_GPU_FABRIC_STATE_COMPLETED, the default); no `fabric`: NOT_SUPPORTED.
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
 // These are C exports that NVML's callers invoke with its pointer contract; marking them
@@ -43,6 +47,8 @@ struct Gpu {
     remap_failure: bool,
     retired_pending: bool,
     nvlinks: Vec<bool>,
+    /// Per link, the bus id at its far end (another GPU, an NVSwitch).
+    nvlink_remote: Vec<String>,
     persistence: bool,
     lost: bool,
     /// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's value; `None`: the field is not supported.
@@ -51,6 +57,21 @@ struct Gpu {
     processes: Vec<(u32, u64)>,
     /// Device memory in use besides the processes' (memory a job left behind), MiB.
     memory_used_mib: u64,
+    /// The GPU's NVLink fabric registration; `None`: the call is not supported.
+    fabric: Option<SimFabric>,
+}
+
+#[derive(Deserialize)]
+struct SimFabric {
+    cluster_uuid: String,
+    clique_id: u32,
+    #[serde(default = "fabric_completed")]
+    state: u8,
+}
+
+/// NVML_GPU_FABRIC_STATE_COMPLETED.
+fn fabric_completed() -> u8 {
+    3
 }
 
 /// An 80 GiB GPU (H100 SXM).
@@ -61,6 +82,7 @@ const INVALID_ARGUMENT: c_uint = 2;
 const NOT_SUPPORTED: c_uint = 3;
 const INSUFFICIENT_SIZE: c_uint = 7;
 const GPU_IS_LOST: c_uint = 15;
+const ARGUMENT_VERSION_MISMATCH: c_uint = 25;
 
 // The state, read once per process on the first call; no lock a panic could poison.
 static STATE: OnceLock<State> = OnceLock::new();
@@ -202,33 +224,48 @@ pub struct PciInfo {
     bus_id: [c_char; 32],
 }
 
-#[unsafe(no_mangle)]
-pub extern "C" fn nvmlDeviceGetPciInfo_v3(device: *mut c_void, info: *mut PciInfo) -> c_uint {
-    slow();
-    let g = device!(device);
-    if info.is_null() {
-        return INVALID_ARGUMENT;
-    }
+/// NVML's PCI info for a bus id in the state's `0000:53:00.0` form.
+fn pci_info(bus_id_text: &str) -> PciInfo {
     // NVML writes an 8-digit domain: 00000000:53:00.0.
-    let id = format!("0000{}", g.bus_id);
+    let id = format!("0000{bus_id_text}");
     let mut bus_id = [0 as c_char; 32];
     for (slot, b) in bus_id.iter_mut().zip(id.bytes().take(31)) {
         *slot = b as c_char;
     }
     let parse = |i: usize| {
-        u32::from_str_radix(g.bus_id.split([':', '.']).nth(i).unwrap_or("0"), 16).unwrap_or(0)
+        u32::from_str_radix(bus_id_text.split([':', '.']).nth(i).unwrap_or("0"), 16).unwrap_or(0)
     };
-    // SAFETY: `info` is a valid out pointer (NVML's contract), checked non-null above.
-    unsafe {
-        *info = PciInfo {
-            bus_id_legacy: [0; 16],
-            domain: parse(0),
-            bus: parse(1),
-            device: parse(2),
-            pci_device_id: 0x2330_10de,
-            pci_sub_system_id: 0,
-            bus_id,
-        };
+    PciInfo {
+        bus_id_legacy: [0; 16],
+        domain: parse(0),
+        bus: parse(1),
+        device: parse(2),
+        pci_device_id: 0x2330_10de,
+        pci_sub_system_id: 0,
+        bus_id,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetPciInfo_v3(device: *mut c_void, info: *mut PciInfo) -> c_uint {
+    slow();
+    let g = device!(device);
+    out!(info, pci_info(&g.bus_id));
+    SUCCESS
+}
+
+/// The PCI device at the far end of NVLink `link`: `nvlink_remote[link]` of the state.
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    device: *mut c_void,
+    link: c_uint,
+    info: *mut PciInfo,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    match g.nvlink_remote.get(link as usize) {
+        Some(remote) => out!(info, pci_info(remote)),
+        None => return NOT_SUPPORTED,
     }
     SUCCESS
 }
@@ -427,5 +464,92 @@ pub extern "C" fn nvmlDeviceGetFieldValues(
             _ => v.nvml_return = NOT_SUPPORTED,
         }
     }
+    SUCCESS
+}
+
+/// nvmlGpuFabricInfo_t (nvml.h): cluster uuid, registration status, clique, state.
+#[repr(C)]
+pub struct GpuFabricInfo {
+    cluster_uuid: [u8; 16],
+    status: c_uint,
+    clique_id: c_uint,
+    state: u8,
+}
+
+/// nvmlGpuFabricInfo_v2_t: a version word first and a health mask after.
+#[repr(C)]
+pub struct GpuFabricInfoV2 {
+    version: c_uint,
+    cluster_uuid: [u8; 16],
+    status: c_uint,
+    clique_id: c_uint,
+    state: u8,
+    health_mask: c_uint,
+}
+
+/// NVML_STRUCT_VERSION(GpuFabricInfo, 2): the struct's size, the version in the top byte.
+const FABRIC_INFO_V2: c_uint = (std::mem::size_of::<GpuFabricInfoV2>() as c_uint) | (2 << 24);
+
+/// The GPU's fabric as (uuid bytes, clique, state); `None`: not supported.
+fn fabric_of(g: &Gpu) -> Option<([u8; 16], c_uint, u8)> {
+    let f = g.fabric.as_ref()?;
+    let hex: String = f.cluster_uuid.chars().filter(|c| *c != '-').collect();
+    let mut uuid = [0u8; 16];
+    for (i, byte) in uuid.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some((uuid, f.clique_id, f.state))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetGpuFabricInfo(
+    handle: *mut c_void,
+    info: *mut GpuFabricInfo,
+) -> c_uint {
+    slow();
+    let g = device!(handle);
+    let Some((cluster_uuid, clique_id, state)) = fabric_of(g) else {
+        return NOT_SUPPORTED;
+    };
+    out!(
+        info,
+        GpuFabricInfo {
+            cluster_uuid,
+            status: SUCCESS,
+            clique_id,
+            state,
+        }
+    );
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    handle: *mut c_void,
+    info: *mut GpuFabricInfoV2,
+) -> c_uint {
+    slow();
+    let g = device!(handle);
+    if info.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: NVML's contract: a valid pointer whose version word the caller set.
+    if unsafe { (*info).version } != FABRIC_INFO_V2 {
+        return ARGUMENT_VERSION_MISMATCH;
+    }
+    let Some((cluster_uuid, clique_id, state)) = fabric_of(g) else {
+        return NOT_SUPPORTED;
+    };
+    out!(
+        info,
+        GpuFabricInfoV2 {
+            version: FABRIC_INFO_V2,
+            cluster_uuid,
+            status: SUCCESS,
+            clique_id,
+            state,
+            health_mask: 0,
+        }
+    );
     SUCCESS
 }

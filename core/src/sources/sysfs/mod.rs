@@ -11,7 +11,8 @@
 //! - `/sys/devices/system/node/node*/cpulist`;
 //! - cores from `/proc/cpuinfo` in one read (`physical id` + `core id`, checked against
 //!   its `siblings` / `cpu cores`), else `/sys/devices/system/cpu/cpu*/topology/
-//!   thread_siblings_list`, one read per core;
+//!   thread_siblings_list`, one read per core; packages from `core_siblings_list`, one
+//!   read per package (kept only where they are not the NUMA nodes: `Machine::packages`);
 //! - `/sys/class/dmi/id/{sys_vendor,product_name,chassis_asset_tag,board_vendor}`;
 //! - `/proc/driver/nvidia/gpus/*/information` (model and device minor).
 //!
@@ -143,6 +144,7 @@ pub fn read_machine_from_with<R: FsReader + ?Sized>(
         ..Machine::default()
     };
     (machine.numa_nodes, machine.numa_distances) = d.numa_nodes()?;
+    machine.set_packages(d.packages()?);
     let paths = d.pci_paths()?;
     let mut ids: HashMap<PciAddr, PciIds> = HashMap::new();
     let mut gpus = Vec::new();
@@ -382,9 +384,21 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
         self.sibling_cores()
     }
 
-    /// Physical cores from thread_siblings_list, reading one thread per core: a thread
-    /// already seen as a sibling needs no read of its own.
+    /// Physical cores from thread_siblings_list, reading one thread per core.
     fn sibling_cores(&self) -> Result<Vec<CpuSet>, SysfsError> {
+        self.cpu_groups("thread_siblings_list")
+    }
+
+    /// CPU packages from core_siblings_list (the kernel's threads of one
+    /// physical_package_id; present under this name on every kernel, package_cpus_list
+    /// only from 5.x), one read per package.
+    fn packages(&self) -> Result<Vec<CpuSet>, SysfsError> {
+        self.cpu_groups("core_siblings_list")
+    }
+
+    /// The groups a per-CPU topology list attribute names, reading one CPU per group: a
+    /// CPU already seen in a group needs no read of its own.
+    fn cpu_groups(&self, attribute: &str) -> Result<Vec<CpuSet>, SysfsError> {
         const DIR: &str = "sys/devices/system/cpu";
         let mut cpus: Vec<u32> = self
             .fs
@@ -394,23 +408,23 @@ impl<R: FsReader + ?Sized> Discovery<'_, R> {
             .collect();
         cpus.sort_unstable();
         let mut seen = CpuSet::new();
-        let mut cores = Vec::new();
+        let mut groups = Vec::new();
         for cpu in cpus {
             if seen.contains(cpu) {
                 continue;
             }
-            let path = format!("{DIR}/cpu{cpu}/topology/thread_siblings_list");
+            let path = format!("{DIR}/cpu{cpu}/topology/{attribute}");
             // No topology directory: an offline CPU, which no task can use.
-            let Some(mut siblings) = self.cpulist(&path)? else {
+            let Some(mut group) = self.cpulist(&path)? else {
                 continue;
             };
-            siblings.insert(cpu);
-            for sibling in siblings.iter() {
-                seen.insert(sibling);
+            group.insert(cpu);
+            for member in group.iter() {
+                seen.insert(member);
             }
-            cores.push(siblings);
+            groups.push(group);
         }
-        Ok(cores)
+        Ok(groups)
     }
 
     /// Every PCI function and where it sits, from the /sys/bus/pci/devices links.
