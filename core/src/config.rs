@@ -9,6 +9,7 @@
 //! run_dir = "/run/gpu-affinity" # per-step files written as root
 //! gres_conf = "/etc/slurm/gres.conf"  # unset: next to slurmd's own slurm.conf
 //! topology = "/etc/slurm/topology.conf"  # unset: topology.yaml / topology.conf next to slurm.conf
+//! switch_level = 0              # placement: a step may span switches up to this tree level
 //!
 //! [fabric]
 //! force = ["NCCL_IB_HCA"]       # exported even when the user set them
@@ -219,6 +220,9 @@ pub struct PluginConfig {
     /// Absolute: the cluster's topology.conf or topology.yaml (by its extension), for the
     /// placement backstop, where discovery next to slurm.conf would not find it.
     pub topology: Option<PathBuf>,
+    /// The tree level a multi-node step may span switches up to (0: one leaf switch),
+    /// for the placement check; blocks have no levels.
+    pub switch_level: Option<u32>,
 }
 
 /// One setting of the SPANK plugin: the same key in plugstack.conf (`key=value`) and in
@@ -232,6 +236,7 @@ pub enum PluginKey {
     GresConf,
     ProfilesDir,
     Topology,
+    SwitchLevel,
 }
 
 /// A plugin setting's value that is not what the key takes. Its text is the one both
@@ -245,7 +250,7 @@ pub struct InvalidValue {
 }
 
 impl PluginKey {
-    pub const ALL: [PluginKey; 7] = [
+    pub const ALL: [PluginKey; 8] = [
         PluginKey::Default,
         PluginKey::Enforce,
         PluginKey::SysfsRoot,
@@ -253,6 +258,7 @@ impl PluginKey {
         PluginKey::GresConf,
         PluginKey::ProfilesDir,
         PluginKey::Topology,
+        PluginKey::SwitchLevel,
     ];
 
     pub fn name(self) -> &'static str {
@@ -264,6 +270,7 @@ impl PluginKey {
             PluginKey::GresConf => "gres_conf",
             PluginKey::ProfilesDir => "profiles_dir",
             PluginKey::Topology => "topology",
+            PluginKey::SwitchLevel => "switch_level",
         }
     }
 
@@ -320,6 +327,11 @@ impl PluginKey {
             PluginKey::RunDir => plugin.run_dir = absolute("an absolute directory")?,
             PluginKey::GresConf => plugin.gres_conf = absolute("an absolute path")?,
             PluginKey::Topology => plugin.topology = absolute("an absolute path")?,
+            PluginKey::SwitchLevel => {
+                let level = value.trim().parse::<u32>();
+                plugin.switch_level =
+                    Some(level.map_err(|_| invalid("a switch level: 0 (a leaf switch) or more"))?);
+            }
             PluginKey::ProfilesDir => {
                 config.fabric.profiles_dir = absolute("an absolute directory")?;
             }
@@ -455,7 +467,21 @@ struct MetricsDoc {
 }
 
 /// `[plugin]`: key by key, each checked against [`PluginKey`] (unknown keys included).
-type PluginDoc = std::collections::BTreeMap<Spanned<String>, Spanned<String>>;
+type PluginDoc = std::collections::BTreeMap<Spanned<String>, Spanned<toml::Value>>;
+
+/// A `[plugin]` value as the text [`PluginKey::set`] checks: keys take text, as
+/// plugstack.conf gives it; a TOML integer (`switch_level = 1`) is taken as its digits.
+fn plugin_text(key: PluginKey, value: &toml::Value) -> Result<String, String> {
+    let expected = match key {
+        PluginKey::SwitchLevel => "an integer",
+        _ => "a string",
+    };
+    match value {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(n) => Ok(n.to_string()),
+        other => Err(format!("is a {}, expected {expected}", other.type_str())),
+    }
+}
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -516,13 +542,17 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         |key: &str, value: &Option<Spanned<String>>| absolute(key, value, "an absolute directory");
     // The plugin's settings, through the check plugstack.conf arguments take too.
     let mut settings = Config::default();
-    let mut set = |key: PluginKey, value: &Spanned<String>| {
-        key.set(&mut settings, value.get_ref())
-            .map_err(|e| at(value.span().start, format!("[{}] {e}", key.table())))
+    let mut set = |key: PluginKey, value: &str, offset: usize| {
+        key.set(&mut settings, value)
+            .map_err(|e| at(offset, format!("[{}] {e}", key.table())))
     };
     for (key, value) in &doc.plugin {
         match PluginKey::find(key.get_ref()).filter(|k| k.table() == "plugin") {
-            Some(k) => set(k, value)?,
+            Some(k) => {
+                let text = plugin_text(k, value.get_ref())
+                    .map_err(|e| at(value.span().start, format!("[plugin] {} {e}", k.name())))?;
+                set(k, &text, value.span().start)?;
+            }
             None => {
                 return Err(at(
                     key.span().start,
@@ -536,7 +566,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         }
     }
     if let Some(value) = &doc.fabric.profiles_dir {
-        set(PluginKey::ProfilesDir, value)?;
+        set(PluginKey::ProfilesDir, value.get_ref(), value.span().start)?;
     }
     let mut force: Vec<String> = Vec::new();
     for entry in &doc.fabric.force {
@@ -817,6 +847,7 @@ mod tests {
                     run_dir: Some("/srv/run".into()),
                     gres_conf: Some("/etc/slurm/gres.conf".into()),
                     topology: None,
+                    switch_level: None,
                 },
                 fabric: FabricConfig {
                     force: vec!["NCCL_IB_HCA".into(), "NCCL_SOCKET_IFNAME".into()],
@@ -891,7 +922,7 @@ mod tests {
             ("[fabric]\nforce = \"NCCL_IB_HCA\"\n", 2, "force ="),
             ("[plugn]\ndefault = \"strict\"\n", 1, "plugn"),
             ("[plugin]\ndefault = strict\n", 2, "default = strict"),
-            ("[plugin]\nrun_dir = 3\n", 2, "run_dir = 3"),
+            ("[plugin]\nrun_dir = 3\n", 2, "run_dir = '3'"),
         ] {
             let e = err(text);
             assert!(
@@ -1103,6 +1134,7 @@ mod tests {
             assert_eq!(PluginKey::find(key.name()), Some(key));
             let good = match key {
                 PluginKey::Default | PluginKey::Enforce => "strict",
+                PluginKey::SwitchLevel => "1",
                 _ => "/abs",
             };
             let text = format!("[{}]\n{} = \"{good}\"\n", key.table(), key.name());
@@ -1123,7 +1155,7 @@ mod tests {
         }
         let e = err("[plugin]\nprofiles_dir = \"/p\"\n");
         assert!(
-            e.contains("unknown key 'profiles_dir' in [plugin] (known: default, enforce, sysfs_root, run_dir, gres_conf, topology)"),
+            e.contains("unknown key 'profiles_dir' in [plugin] (known: default, enforce, sysfs_root, run_dir, gres_conf, topology, switch_level)"),
             "{e}"
         );
     }
@@ -1154,5 +1186,40 @@ mod tests {
             e.to_string(),
             "topology = 'topology.conf' is invalid: expected an absolute path"
         );
+    }
+
+    /// `switch_level` takes a TOML integer or the same digits as text (plugstack.conf
+    /// gives text); anything else is refused naming the key.
+    #[test]
+    fn the_switch_level_key_takes_a_level() {
+        let level = |text: &str| parse(text).map(|c| c.plugin.switch_level);
+        assert_eq!(level("[plugin]\nswitch_level = 1\n"), Ok(Some(1)));
+        assert_eq!(level("[plugin]\nswitch_level = \" 2\"\n"), Ok(Some(2)));
+        assert_eq!(level(""), Ok(None));
+        for (text, want) in [
+            (
+                "[plugin]\nswitch_level = -1\n",
+                "config line 2: [plugin] switch_level = '-1' is invalid: expected a switch level: 0 (a leaf switch) or more",
+            ),
+            (
+                "[plugin]\nswitch_level = \"leaf\"\n",
+                "config line 2: [plugin] switch_level = 'leaf' is invalid: expected a switch level: 0 (a leaf switch) or more",
+            ),
+            (
+                "[plugin]\nswitch_level = 1.5\n",
+                "config line 2: [plugin] switch_level is a float, expected an integer",
+            ),
+            (
+                "[plugin]\ndefault = true\n",
+                "config line 2: [plugin] default is a boolean, expected a string",
+            ),
+        ] {
+            assert_eq!(err(text), want, "{text}");
+        }
+        let mut c = Config::default();
+        let e = PluginKey::SwitchLevel
+            .set(&mut c, "4294967296")
+            .expect_err("over u32");
+        assert_eq!(e.key, "switch_level");
     }
 }

@@ -35,7 +35,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
     /// The admin config: `[[storage.mount]]`, `[fabric] force`/`profiles_dir`, `[plugin]
-    /// topology` [default: /etc/gpu-affinity/config.toml when it exists].
+    /// topology` and `switch_level` [default: /etc/gpu-affinity/config.toml when it exists].
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
     /// Directory of admin profiles [default: the config's, else /etc/gpu-affinity/profiles.d].
@@ -166,5 +166,6 @@ fn slurm_inputs(
         conf,
         topology,
         node,
+        switch_level: config.plugin.switch_level.unwrap_or(0),
     })
 }

@@ -1,5 +1,6 @@
 //! The placement check (issue 10 item 5): a multi-node GPU step whose nodes leave one
-//! placement unit of the cluster's topology (a block; a leaf switch in tree form, see
+//! placement unit of the cluster's topology (a block; in tree form a leaf switch, or one
+//! switch up to the plugstack/config `switch_level`, see
 //! [`gpu_affinity::slurm::step_span`]) is refused under strict before any task runs;
 //! prefer warns once and runs. Two sides, one decision and message: [`submit`] in srun
 //! (local_user_init, as the user, before launch, where srun can tell the step's nodes
@@ -193,7 +194,7 @@ fn problem(settings: &Settings, side: &Side, os: &dyn Os) -> Option<String> {
         Err(e) => return Some(format!("cannot check the step's placement: {e}")),
     };
     let topology = step_span::partition_topology(&topologies, named.as_deref())?;
-    let span = step_span::span(topology, &nodes);
+    let span = step_span::span_within(topology, &nodes, settings.switch_level);
     log::debug!(
         "gpu-affinity: step placement by {} ({}): {span:?}",
         path.display(),

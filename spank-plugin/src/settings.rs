@@ -60,6 +60,9 @@ pub struct Settings {
     /// topology.conf / topology.yaml named by `topology` (`None`: next to slurmd's
     /// slurm.conf, topology.yaml first). A named file that is missing is an error.
     pub topology: Option<PathBuf>,
+    /// The tree level a multi-node step may span switches up to (`switch_level`; 0, the
+    /// default: one leaf switch), see core's `step_span::span_within`.
+    pub switch_level: u32,
     /// Fabric variables exported even when the user set them (`[fabric] force`).
     pub force: Vec<String>,
     /// The uid every root-side file and directory must belong to: root (tests: their own).
@@ -79,6 +82,7 @@ impl Default for Settings {
             run_dir: PathBuf::from(DEFAULT_RUN_DIR),
             gres_conf: None,
             topology: None,
+            switch_level: 0,
             force: Vec::new(),
             owner: 0,
             test_panic: None,
@@ -188,6 +192,11 @@ pub fn settings(args: &Args, default_config: &Path, owner: u32) -> Result<Settin
             .unwrap_or(base.run_dir),
         gres_conf: given.plugin.gres_conf.clone().or(plugin.gres_conf),
         topology: given.plugin.topology.clone().or(plugin.topology),
+        switch_level: given
+            .plugin
+            .switch_level
+            .or(plugin.switch_level)
+            .unwrap_or(base.switch_level),
         force: fabric.force,
         owner,
         test_panic: args.test_panic.clone(),
@@ -232,6 +241,7 @@ mod tests {
         for key in PluginKey::ALL {
             let good = match key {
                 PluginKey::Default | PluginKey::Enforce => "strict",
+                PluginKey::SwitchLevel => "1",
                 _ => "/abs/dir",
             };
             let name = key.name();

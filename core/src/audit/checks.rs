@@ -552,7 +552,7 @@ fn placement_node(inputs: &Inputs<'_>, conf: Option<&SlurmConf>) -> Checked {
         let Some(t) = step_span::partition_topology(topologies, named) else {
             continue;
         };
-        match step_span::unit_of(t, name) {
+        match step_span::unit_of(t, name, inputs.slurm.switch_level) {
             Some((unit, u)) => placed.push(format!(
                 "{scope}: topology {} {} {u}",
                 t.name,

@@ -193,6 +193,9 @@ pub struct Slurm {
     pub topology: Result<Option<(PathBuf, Vec<Topology>)>, String>,
     /// This node's Slurm name; `None` when unknown.
     pub node: Option<String>,
+    /// The plugin's `switch_level` (`[plugin]` of the admin config): the tree switch a
+    /// node is placed in is the one a step may span, as the plugin checks it.
+    pub switch_level: u32,
 }
 
 impl Slurm {

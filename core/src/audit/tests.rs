@@ -13,6 +13,7 @@ fn no_slurm() -> Slurm {
         conf: Ok(None),
         topology: Ok(None),
         node: None,
+        switch_level: 0,
     }
 }
 
@@ -152,6 +153,7 @@ fn placement_is_requested_and_covers_the_node_per_partition() {
             vec![topo.clone()],
         ))),
         node: Some(node.into()),
+        switch_level: 0,
     };
     let r = run(
         &m,
@@ -187,6 +189,39 @@ fn placement_is_requested_and_covers_the_node_per_partition() {
         "self-built advice: {t:?}"
     );
     assert_eq!(status(&r, "cluster.managed").status, Status::Info);
+}
+
+/// With the plugin's `switch_level`, the node's unit is the switch of that level a step
+/// may span, as the plugin checks it.
+#[test]
+fn the_node_unit_follows_the_plugins_switch_level() {
+    let m = catalog::machine("p5.48xlarge").expect("catalog");
+    let conf = slurm_conf::parse("TopologyPlugin=topology/tree\nPartitionName=gpu Nodes=h[1-4]\n")
+        .expect("conf");
+    let topo = parse_conf(
+        "SwitchName=l1 Nodes=h[1-2]\nSwitchName=l2 Nodes=h[3-4]\nSwitchName=s1 Switches=l[1-2]\n",
+    )
+    .expect("topo");
+    for (level, want) in [
+        (0, "partition gpu: topology default leaf switch l2"),
+        (1, "partition gpu: topology default level-1 switch s1"),
+    ] {
+        let slurm = Slurm {
+            conf_path: PathBuf::from("/etc/slurm/slurm.conf"),
+            conf_real_path: None,
+            conf: Ok(Some(conf.clone())),
+            topology: Ok(Some((
+                PathBuf::from("/etc/slurm/topology.conf"),
+                vec![topo.clone()],
+            ))),
+            node: Some("h3".into()),
+            switch_level: level,
+        };
+        let r = run(&m, Workload::Pretrain, slurm, NO_STORAGE);
+        let node = status(&r, "placement.node");
+        assert_eq!(node.status, Status::Pass, "{node:?}");
+        assert_eq!(node.evidence, [want]);
+    }
 }
 
 #[test]

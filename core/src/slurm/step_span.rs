@@ -87,10 +87,11 @@ pub fn step_nodes(list: &str) -> Result<Vec<String>, String> {
     Ok(nodes)
 }
 
-/// The unit (block or leaf switch) `node` is placed in; `None` when `t` is flat or does
-/// not name the node. A node in two units is one slurmctld rejects; the first counts.
-pub fn unit_of<'t>(t: &'t Topology, node: &str) -> Option<(Unit, &'t str)> {
-    let (unit, of_node) = node_units(t, 0)?;
+/// The unit `node` is placed in: a block, or the tree switch of [`span_within`]'s
+/// `switch_level`; `None` when `t` is flat or does not name the node. A node in two
+/// units is one slurmctld rejects; the first counts.
+pub fn unit_of<'t>(t: &'t Topology, node: &str, switch_level: u32) -> Option<(Unit, &'t str)> {
+    let (unit, of_node) = node_units(t, switch_level)?;
     of_node.get(node).map(|name| (unit, *name))
 }
 
@@ -318,8 +319,8 @@ mod tests {
     #[test]
     fn tree_form_needs_one_leaf_switch() {
         let t = parse_conf(TREE).expect("conf");
-        assert_eq!(unit_of(&t, "h3"), Some((Unit::LeafSwitch, "s2")));
-        assert_eq!(unit_of(&t, "x1"), None);
+        assert_eq!(unit_of(&t, "h3", 0), Some((Unit::LeafSwitch, "s2")));
+        assert_eq!(unit_of(&t, "x1", 0), None);
         assert_eq!(span(&t, &nodes("h[1-2]")), Span::Fits);
         let s = span(&t, &nodes("h[2-3]"));
         assert_eq!(

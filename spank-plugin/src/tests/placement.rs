@@ -269,3 +269,52 @@ fn srun_refuses_a_strict_gpu_step_across_blocks_before_launch() {
     remote_host.context = Context::Remote;
     dispatch(&remote, Hook::LocalUserInit, &remote_host, &gpus, &[]).expect("remote");
 }
+
+/// Two leaf switches under one level-1 switch, and a third leaf under another.
+const TWO_LEVELS: &str = "SwitchName=l1 Nodes=h[1-2]\nSwitchName=l2 Nodes=h[3-4]\nSwitchName=l3 Nodes=h[5-6]\nSwitchName=s1 Switches=l[1-2]\nSwitchName=s2 Switches=l3\nSwitchName=top Switches=s[1-2]\n";
+
+#[test]
+fn switch_level_one_lets_a_step_span_the_leaves_of_one_level_one_switch() {
+    let os = os_with(&[("/etc/slurm/topology.conf", TWO_LEVELS)]);
+    // Level 0 (the default): one leaf switch.
+    let plugin = remote_plugin(&["default=strict"]);
+    prepare_step(&plugin, &step_host("h[2-3]", 0), &os);
+    assert_eq!(
+        misplaced(&plugin),
+        "gpu-affinity: step spans 2 leaf switches: l1=[h2] l2=[h3]; strict placement needs one leaf switch (try --switches=1)"
+    );
+    // Level 1: l1 and l2 are both under s1.
+    let plugin = remote_plugin(&["default=strict", "switch_level=1"]);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
+    assert!(
+        matches!(plugin.step(), Some(StepOutcome::Planned(_))),
+        "{:?}",
+        plugin.step()
+    );
+    // ... but not across s1 and s2.
+    let plugin = remote_plugin(&["default=strict", "switch_level=1"]);
+    prepare_step(&plugin, &step_host("h[4-5]", 0), &os);
+    let line = misplaced(&plugin);
+    assert!(
+        line.starts_with("gpu-affinity: step spans 2 level-1 switches: s1=[h4] s2=[h5]"),
+        "{line}"
+    );
+
+    // srun decides the same way with the same setting.
+    let mut srun = srun_os("srun -N4 --gres=gpu:1 true");
+    srun.topology_files
+        .insert("/etc/slurm/topology.conf".into(), TWO_LEVELS.to_string());
+    let host = srun_host(4, &[("SLURM_NODELIST", "h[1-4]")]);
+    let plugin = srun_plugin(&["default=strict"]);
+    let err = dispatch(&plugin, Hook::LocalUserInit, &host, &srun, &[]).expect_err("level 0");
+    assert!(err.0.contains("step spans 2 leaf switches"), "{}", err.0);
+    let plugin = srun_plugin(&["default=strict", "switch_level=1"]);
+    dispatch(&plugin, Hook::LocalUserInit, &host, &srun, &[]).expect("level 1");
+
+    // A bad level is refused naming the key, as in the config file.
+    let e = crate::settings::parse_args(&["switch_level=leaf"]).expect_err("bad level");
+    assert!(
+        e.contains("switch_level = 'leaf' is invalid: expected a switch level"),
+        "{e}"
+    );
+}
