@@ -322,6 +322,20 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         "gres_conf",
         b"AutoDetect=off\nName=gpu Type=\"a 100\" File=/dev/nvidia0\n",
     )?;
+    // srun_args: byte 0 the input variables set (bit per variable), then srun's command
+    // line NUL-separated as /proc/self/cmdline has it.
+    for (vars, line) in [
+        (0u8, "srun -N2 --gres=gpu:1 true"),
+        (0, "srun -G 2 -n4 python train.py --gpus 8"),
+        (0, "srun --tres-per-task=gres/gpu:h100:1 --ntasks 2 hostname"),
+        (0, "srun -Gx --gres none -- nvidia-smi"),
+        (1 << 4, "srun -N4 gpu"),
+        (1 << 1, "srun -N4 true"),
+    ] {
+        let mut v = vec![vars];
+        v.extend(line.split(' ').flat_map(|w| [w.as_bytes(), b"\0"]).flatten());
+        c.add("srun_args", &v)?;
+    }
     // ranges: max_value 100, max_count 16, allow_empty; then the text.
     for text in ["0-3,8,10-11", "5, 0-2 ,007", "", "1,,2", "0-4294967295"] {
         let mut v = vec![100, 0, 0, 0, 16, 0, 0, 0, 1];
