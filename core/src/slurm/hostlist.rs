@@ -237,14 +237,12 @@ fn sorted_set<S: AsRef<str>>(names: &[S]) -> Vec<&str> {
         match &mut last {
             Some((g, bucket)) if *g == group => bucket.push(numbered),
             _ => {
-                drop(last.take());
                 let bucket = buckets.entry(group).or_default();
                 bucket.push(numbered);
                 last = Some((group, bucket));
             }
         }
     }
-    drop(last);
     let mut sorted = Vec::with_capacity(names.len());
     for bucket in buckets.values_mut() {
         // Equal value and width in one bucket is the same name, except for numbers past
