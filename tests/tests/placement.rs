@@ -702,6 +702,70 @@ fn the_partition_topology_decides_on_26_05() {
     );
 }
 
+/// The configured switch level (`switch_level`, here from the admin config the plugstack
+/// `config=` names, rewritten between steps: every srun and slurmstepd reads it anew):
+/// a tree with two leaf switches (l1 = pa1,pb1; l2 = pa2,pb2) under one level-1 switch.
+/// Strict at level 0 refuses a step across the leaves before any task runs; at level 1
+/// the same step runs. slurmctld has no TopologyPlugin here and places freely.
+#[test]
+fn switch_level_lets_a_strict_step_span_the_leaves_of_one_switch() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let config = work.path().join("config.toml");
+    std::fs::write(&config, "[plugin]\nswitch_level = 0\n").expect("config");
+    let m = gpu_affinity::sources::fixture::realized(
+        &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
+    );
+    let Some(cluster) = start(
+        "switch_level_lets_a_strict_step_span_the_leaves_of_one_switch",
+        ClusterBuilder::new()
+            .machine(m)
+            .plugin_arg("default", "strict")
+            .plugin_arg("config", &config.display().to_string())
+            .conf_file(
+                "topology.conf",
+                "SwitchName=l1 Nodes=pa1,pb1\nSwitchName=l2 Nodes=pa2,pb2\nSwitchName=s1 Switches=l[1-2]\n",
+            ),
+    ) else {
+        return;
+    };
+    let marks = Marks::new(work.path());
+    let step = |tag: &str| {
+        let touch = marks.touch(tag);
+        cluster
+            .client(
+                &[
+                    "srun",
+                    "-N2",
+                    "-n2",
+                    "-w",
+                    "pa1,pa2",
+                    "--gres=gpu:1",
+                    "sh",
+                    "-c",
+                    &touch,
+                ],
+                &ClientOptions::bounded(30),
+            )
+            .expect("run srun")
+    };
+
+    let out = step("leaf");
+    assert!(!out.success() && !out.timed_out(), "{out}");
+    assert!(
+        out.stderr.contains(
+            "gpu-affinity: step spans 2 leaf switches: l1=[pa1] l2=[pa2]; strict placement needs one leaf switch (try --switches=1)"
+        ),
+        "{out}"
+    );
+    assert!(marks.ran("leaf").is_empty(), "a task ran: {out}");
+
+    std::fs::write(&config, "[plugin]\nswitch_level = 1\n").expect("config");
+    let out = step("level1");
+    assert!(out.success(), "{out}");
+    assert_eq!(marks.ran("level1"), ["level1-pa1", "level1-pa2"], "{out}");
+    assert!(!out.stderr.contains("placement"), "{out}");
+}
+
 /// `gpu-affinity audit` against a running cluster's own config: the slurm.conf the
 /// harness wrote (TopologyPlugin=topology/tree) and the generated topology.conf next to
 /// it, which slurmctld loaded; the audit places node pb1 in the leaf switch slurmctld
