@@ -13,7 +13,8 @@ use std::path::Path;
 use std::process::Command;
 
 use gpu_affinity_tests::{
-    ClientOptions, Cluster, ClusterBuilder, NodeShape, SlurmSeries, TaskPlugin, fixture, plugin,
+    ClientOptions, Cluster, ClusterBuilder, NodeShape, SlurmSeries, StepOutput, TaskPlugin,
+    fixture, plugin,
 };
 
 const NODES: [&str; 4] = ["pa1", "pa2", "pb1", "pb2"];
@@ -138,6 +139,26 @@ impl Marks {
         v.sort();
         v
     }
+}
+
+/// A GPU step of one task on each of two `nodes` running `command` (a [`Marks::touch`]),
+/// srun's `options` first.
+fn two_node_step(cluster: &Cluster, options: &[&str], nodes: &str, command: &str) -> StepOutput {
+    let mut argv = vec!["srun"];
+    argv.extend_from_slice(options);
+    argv.extend([
+        "-N2",
+        "-n2",
+        "-w",
+        nodes,
+        "--gres=gpu:1",
+        "sh",
+        "-c",
+        command,
+    ]);
+    cluster
+        .client(&argv, &ClientOptions::bounded(30))
+        .expect("run srun")
 }
 
 /// The series the cluster will run (the harness's choice), to generate files for.
@@ -469,25 +490,8 @@ fn strict_refuses_a_step_across_blocks_and_prefer_warns() {
     let marks = Marks::new(work.path());
     let ran = |tag: &str| marks.ran(tag);
     let step = |mode: &str, nodes: &str, tag: &str| {
-        let touch = marks.touch(tag);
         let mode = format!("--gpu-affinity={mode}");
-        cluster
-            .client(
-                &[
-                    "srun",
-                    &mode,
-                    "-N2",
-                    "-n2",
-                    "-w",
-                    nodes,
-                    "--gres=gpu:1",
-                    "sh",
-                    "-c",
-                    &touch,
-                ],
-                &ClientOptions::bounded(30),
-            )
-            .expect("run srun")
+        two_node_step(&cluster, &[&mode], nodes, &marks.touch(tag))
     };
 
     // Inside one block (b1 = pa1, pb1): runs under strict.
@@ -729,25 +733,7 @@ fn switch_level_lets_a_strict_step_span_the_leaves_of_one_switch() {
         return;
     };
     let marks = Marks::new(work.path());
-    let step = |tag: &str| {
-        let touch = marks.touch(tag);
-        cluster
-            .client(
-                &[
-                    "srun",
-                    "-N2",
-                    "-n2",
-                    "-w",
-                    "pa1,pa2",
-                    "--gres=gpu:1",
-                    "sh",
-                    "-c",
-                    &touch,
-                ],
-                &ClientOptions::bounded(30),
-            )
-            .expect("run srun")
-    };
+    let step = |tag: &str| two_node_step(&cluster, &[], "pa1,pa2", &marks.touch(tag));
 
     let out = step("leaf");
     assert!(!out.success() && !out.timed_out(), "{out}");
