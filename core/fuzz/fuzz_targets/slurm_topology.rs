@@ -30,7 +30,10 @@ fn members_as_sets(mut t: Topology) -> Topology {
 
 fn one_line(e: &impl std::fmt::Display) {
     let line = e.to_string();
-    assert!(!line.contains(['\n', '\r']), "error is not one line: {line:?}");
+    assert!(
+        !line.contains(['\n', '\r']),
+        "error is not one line: {line:?}"
+    );
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -400,7 +400,11 @@ fn placement_seeds(c: &mut Corpus) -> std::io::Result<()> {
             r#"{"ocid1.instance.a":{"customerHPCIslandId":"isl","customerNetworkBlock":"nb","customerLocalBlock":"lb1","customerGpuMemoryFabric":"fab1"},"ocid1.instance.b":{"customerHPCIslandId":"isl","customerNetworkBlock":"nb","customerLocalBlock":"lb2"}}"#,
             "n1 ocid1.instance.a\n# comment\nn2 ocid1.instance.b\n",
         ),
-        (2, r#"{"a4x-1":"/c1/r1/h1","a4x-2":"/c1/r2/h2"}"#, "n1 a4x-1\nn2 a4x-2\n"),
+        (
+            2,
+            r#"{"a4x-1":"/c1/r1/h1","a4x-2":"/c1/r2/h2"}"#,
+            "n1 a4x-1\nn2 a4x-2\n",
+        ),
         (
             3,
             r#"[{"hostname":"n1","gpus":[{"pci":"0000:1b:00.0","minor":0,"fabric":{"cluster_uuid":"5a1e0c2d-0000-4000-8000-00000000abcd","clique_id":7}}]},{"hostname":"n2","gpus":[{"pci":"0000:1b:00.0","minor":0,"fabric":{"cluster_uuid":"5a1e0c2d-0000-4000-8000-00000000abcd","clique_id":9}}]}]"#,
@@ -432,7 +436,10 @@ fn placement_seeds(c: &mut Corpus) -> std::io::Result<()> {
         let yaml = topology::write_yaml(&[blocks, tree], "").map_err(|e| bad(e.to_string()))?;
         c.add("slurm_topology", &[&[1u8][..], yaml.as_bytes()].concat())?;
     }
-    c.add("slurm_topology", b"\0BlockName=b1 Nodes=n[1-4]\nBlockSizes=2,4\n")?;
+    c.add(
+        "slurm_topology",
+        b"\0BlockName=b1 Nodes=n[1-4]\nBlockSizes=2,4\n",
+    )?;
     c.add("hostlist", b"n1\nn2\nn02\nn3\nrack1-n9\nrack1-n10\n")?;
     Ok(())
 }
