@@ -41,7 +41,10 @@ fuzz_target!(|data: &[u8]| {
     let asked = asks_for_gpus(&args, &env);
     assert_eq!(asked, asks_for_gpus(&args, &env), "{args:?}");
     let by_args = asks_for_gpus(&args, &none);
-    assert!(!by_args || asked, "a variable took a request away: {args:?}");
+    assert!(
+        !by_args || asked,
+        "a variable took a request away: {args:?}"
+    );
 
     let srun = args.first().cloned().unwrap_or_else(|| "srun".into());
     let with = |first: &str| -> Vec<String> {

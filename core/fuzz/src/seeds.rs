@@ -327,13 +327,20 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
     for (vars, line) in [
         (0u8, "srun -N2 --gres=gpu:1 true"),
         (0, "srun -G 2 -n4 python train.py --gpus 8"),
-        (0, "srun --tres-per-task=gres/gpu:h100:1 --ntasks 2 hostname"),
+        (
+            0,
+            "srun --tres-per-task=gres/gpu:h100:1 --ntasks 2 hostname",
+        ),
         (0, "srun -Gx --gres none -- nvidia-smi"),
         (1 << 4, "srun -N4 gpu"),
         (1 << 1, "srun -N4 true"),
     ] {
         let mut v = vec![vars];
-        v.extend(line.split(' ').flat_map(|w| [w.as_bytes(), b"\0"]).flatten());
+        v.extend(
+            line.split(' ')
+                .flat_map(|w| [w.as_bytes(), b"\0"])
+                .flatten(),
+        );
         c.add("srun_args", &v)?;
     }
     // ranges: max_value 100, max_count 16, allow_empty; then the text.
