@@ -17,18 +17,75 @@ const GPU_COUNT_ENV: [&str; 4] = [
 /// srun's input variables that carry a gres / TRES list (`--gres`, `--tres-per-task`).
 const GPU_LIST_ENV: [&str; 2] = ["SLURM_GRES", "SLURM_TRES_PER_TASK"];
 
+/// srun's options that take no value, or only an optional one (which getopt reads only
+/// from `--opt=value`, never from the next word), by srun(1): these never take the word
+/// after them, so `srun -l ./app --gpus 1` ends srun's options at `./app`.
+const NO_VALUE_LONG: &[&str] = &[
+    "bcast",
+    "compress",
+    "contiguous",
+    "disable-status",
+    "exact",
+    "exclusive",
+    "external-launcher",
+    "help",
+    "hold",
+    "immediate",
+    "kill-on-bad-exit",
+    "label",
+    "multi-prog",
+    "nice",
+    "no-allocate",
+    "no-kill",
+    "oom-kill-step",
+    "overcommit",
+    "overlap",
+    "oversubscribe",
+    "preserve-env",
+    "propagate",
+    "pty",
+    "quiet",
+    "quit-on-interrupt",
+    "reboot",
+    "resv-ports",
+    "send-libs",
+    "spread-job",
+    "test-only",
+    "unbuffered",
+    "usage",
+    "use-min-nodes",
+    "verbose",
+    "version",
+    "whole",
+    "x11",
+];
+
+/// srun's one-letter options that take no value (or an optional one): `-E -h -H -I -k
+/// -K -l -O -Q -s -u -v -V -X -Z`. They may be bundled (`-lv`).
+const NO_VALUE_SHORT: &str = "EhHIkKlOQsuvVXZ";
+
 /// Whether srun's arguments (`args[0]` is srun itself) or input variables ask for GPUs.
-/// Arguments are read up to the user's command where that can be told (the first word
-/// that is not an option and does not follow a value-less option word), so a command's
-/// own `--gpus` is only counted when srun's options cannot be told from it.
+/// Arguments are read up to the user's command (the first word that is not an option
+/// and not the value of one), so a command's own `--gpus` is not counted. An explicit
+/// "no GPUs" in the arguments (`--gres=none`, `--gpus=0`) beats srun's input variables,
+/// as srun's own options beat its environment; a zero count is no request. A wrong "no"
+/// only leaves the step to the node side, which decides by the step's GPUs.
 pub fn asks_for_gpus(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> bool {
-    let by_env = GPU_COUNT_ENV
+    let mut by_args = None;
+    for (opt, value) in options(args) {
+        if let Some(asked) = asks(opt, value) {
+            by_args = Some(by_args.unwrap_or(false) || asked);
+        }
+    }
+    if let Some(asked) = by_args {
+        return asked;
+    }
+    GPU_COUNT_ENV
         .iter()
-        .any(|v| env(v).is_some_and(|x| !x.trim().is_empty()))
+        .any(|v| env(v).is_some_and(|x| counts_gpus(&x)))
         || GPU_LIST_ENV
             .iter()
-            .any(|v| env(v).is_some_and(|x| names_gpu(&x)));
-    by_env || options(args).any(|(opt, value)| asks(opt, value))
+            .any(|v| env(v).is_some_and(|x| names_gpu(&x)))
 }
 
 /// srun's option words with their values: `--opt=value`, `--opt value`, `-Xvalue`,
@@ -41,26 +98,32 @@ fn options(args: &[String]) -> impl Iterator<Item = (&str, Option<&str>)> {
         if a == "--" || !a.starts_with('-') || a == "-" {
             break;
         }
-        // A word after a value-less option word is taken as its value.
-        let next = args
-            .get(i + 1)
-            .map(String::as_str)
-            .filter(|n| !n.starts_with('-'));
+        let next = args.get(i + 1).map(String::as_str);
         if let Some(long) = a.strip_prefix("--") {
             match long.split_once('=') {
                 Some((k, v)) => out.push((k, Some(v))),
+                None if NO_VALUE_LONG.contains(&long) => out.push((long, None)),
                 None => {
                     out.push((long, next));
-                    i += usize::from(next.is_some());
+                    i += 1;
                 }
             }
         } else {
-            let (k, rest) = a[1..].split_at(a[1..].chars().next().map_or(0, char::len_utf8));
-            if rest.is_empty() {
-                out.push((k, next));
-                i += usize::from(next.is_some());
-            } else {
-                out.push((k, Some(rest.trim_start_matches('='))));
+            // Bundled value-less letters (`-lv`), then at most one that takes a value.
+            let letters = &a[1..];
+            let mut rest = letters;
+            while let Some(c) = rest.chars().next().filter(|c| NO_VALUE_SHORT.contains(*c)) {
+                out.push((&rest[..c.len_utf8()], None));
+                rest = &rest[c.len_utf8()..];
+            }
+            if let Some(c) = rest.chars().next() {
+                let (k, value) = rest.split_at(c.len_utf8());
+                if value.is_empty() {
+                    out.push((k, next));
+                    i += 1;
+                } else {
+                    out.push((k, Some(value.trim_start_matches('='))));
+                }
             }
         }
         i += 1;
@@ -68,20 +131,45 @@ fn options(args: &[String]) -> impl Iterator<Item = (&str, Option<&str>)> {
     out.into_iter()
 }
 
-fn asks(opt: &str, value: Option<&str>) -> bool {
+/// What one option says about GPUs: `Some(true)` asks, `Some(false)` says none
+/// (`--gres=none`, `--gpus=0`), `None` says nothing about them.
+fn asks(opt: &str, value: Option<&str>) -> Option<bool> {
     match opt {
-        "G" | "gpus" | "gpus-per-node" | "gpus-per-socket" | "gpus-per-task" => true,
-        "gres" | "tres-per-task" => value.is_some_and(names_gpu),
-        _ => false,
+        "G" | "gpus" | "gpus-per-node" | "gpus-per-socket" | "gpus-per-task" => {
+            Some(value.is_none_or(counts_gpus))
+        }
+        "gres" | "tres-per-task" => {
+            let list = value?;
+            if names_gpu(list) {
+                Some(true)
+            } else {
+                (list.trim() == "none").then_some(false)
+            }
+        }
+        _ => None,
     }
 }
 
-/// A gres / TRES list naming a GPU (`gpu:1`, `gres/gpu:h100:2`, `gpu`), and not
-/// `--gres=none`.
+/// A GPU count (`2`, `h100:2`, `0`) that asks for at least one: an empty or zero count
+/// is no request.
+fn counts_gpus(count: &str) -> bool {
+    let n = count.rsplit(':').next().unwrap_or("").trim();
+    !n.is_empty() && n.chars().any(|c| c != '0')
+}
+
+/// A gres / TRES list asking for a GPU (`gpu:1`, `gres/gpu:h100:2`, `gpu`), and not
+/// `--gres=none` or `gpu:0`.
 fn names_gpu(list: &str) -> bool {
     list.split(',').any(|item| {
         let name = item.trim().trim_start_matches("gres/");
-        name == "gpu" || name.starts_with("gpu:")
+        match name.strip_prefix("gpu") {
+            Some("") => true,
+            Some(rest) if rest.starts_with(':') => {
+                let last = rest.rsplit(':').next().unwrap_or("");
+                !last.bytes().all(|b| b == b'0') || last.is_empty()
+            }
+            _ => false,
+        }
     })
 }
 
@@ -104,6 +192,10 @@ mod tests {
             "srun --gpus-per-task=1 -n2 true",
             "srun --tres-per-task=gres/gpu:1 true",
             "srun --exclusive --gpus 8 true",
+            "srun --exclusive=user --gpus 8 true",
+            "srun -l -N 2 -G 1 ./app",
+            "srun -lN2 --gres=gpu:h100:1 ./app",
+            "srun --mpi pmix --gpus-per-node 1 ./app",
         ] {
             assert!(asks_for_gpus(&args(line), &none), "{line}");
         }
@@ -113,6 +205,13 @@ mod tests {
             "srun --gres=nic:1 -N2 true",
             "srun -N2 python train.py --gpus 8",
             "srun -N2 -- sh --gpus",
+            "srun -N2 -l ./app --gpus-per-task 1",
+            "srun --exclusive ./a.out -G 2",
+            "srun -lv -O ./a.out -G 2",
+            "srun --pty --label bash --gres=gpu:1",
+            "srun --gpus=0 true",
+            "srun -G0 true",
+            "srun --gres=gpu:0 true",
         ] {
             assert!(!asks_for_gpus(&args(line), &none), "{line}");
         }
@@ -127,5 +226,22 @@ mod tests {
         assert!(!asks_for_gpus(&plain, &gres));
         let gres = |v: &str| (v == "SLURM_GRES").then(|| "gpu:2".to_string());
         assert!(asks_for_gpus(&plain, &gres));
+    }
+
+    #[test]
+    fn explicit_none_in_the_arguments_beats_the_environment() {
+        let env = |v: &str| (v == "SLURM_GPUS_PER_NODE").then(|| "1".to_string());
+        assert!(!asks_for_gpus(&args("srun -N2 --gres=none true"), &env));
+        assert!(!asks_for_gpus(&args("srun -N2 --gpus=0 true"), &env));
+        assert!(!asks_for_gpus(
+            &args("srun -N2 --gpus-per-node 0 true"),
+            &env
+        ));
+        assert!(asks_for_gpus(&args("srun -N2 --gres=none -G1 true"), &env));
+        // A zero count in the environment is no request either.
+        let zero = |v: &str| (v == "SLURM_GPUS").then(|| "0".to_string());
+        assert!(!asks_for_gpus(&args("srun -N2 true"), &zero));
+        let typed = |v: &str| (v == "SLURM_GPUS").then(|| "h100:2".to_string());
+        assert!(asks_for_gpus(&args("srun -N2 true"), &typed));
     }
 }

@@ -13,7 +13,7 @@
 //! partition selects (slurm.conf `PartitionName=... Topology=NAME`, Slurm 25.05+), else
 //! `cluster_default`, else the first: what slurmctld places that partition's jobs by.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::hostlist;
 use super::topology::{Kind, Switch, Topology};
@@ -166,10 +166,12 @@ fn tree_units(switches: &[Switch], max_level: u32) -> HashMap<&str, &str> {
             parent.entry(c.as_str()).or_insert(s.name.as_str());
         }
     }
-    let mut levels: HashMap<&str, u32> = HashMap::new();
-    for s in switches {
-        level(s, &by_name, &mut levels, switches.len());
-    }
+    // Level 0 raises no leaf (every parent is level 1 or more): nothing to count.
+    let levels = if max_level == 0 {
+        HashMap::new()
+    } else {
+        switch_levels(switches, &by_name, &parent)
+    };
     let mut of_node = HashMap::new();
     for s in switches.iter().filter(|s| !s.nodes.is_empty()) {
         let mut unit = s.name.as_str();
@@ -187,27 +189,44 @@ fn tree_units(switches: &[Switch], max_level: u32) -> HashMap<&str, &str> {
     of_node
 }
 
-/// A switch's level (0 for one without child switches), memoised; recursion bounded by
-/// `depth` so a cyclic tree ends.
-fn level<'t>(
-    s: &'t Switch,
+/// Each switch's level (0 for one without child switches), without recursion: a
+/// root-owned topology.conf may chain 100k switches, deeper than slurmstepd's stack
+/// would take. Walking down from the parentless switches lists each switch after its
+/// parent, so the reverse order meets every child before its parent. Switches that
+/// walk does not reach (a cycle, which validate refuses) have no level: never raised to.
+fn switch_levels<'t>(
+    switches: &'t [Switch],
     by_name: &HashMap<&str, &'t Switch>,
-    levels: &mut HashMap<&'t str, u32>,
-    depth: usize,
-) -> u32 {
-    if let Some(l) = levels.get(s.name.as_str()) {
-        return *l;
-    }
-    let mut l = 0;
-    if depth > 0 {
+    parent: &HashMap<&str, &str>,
+) -> HashMap<&'t str, u32> {
+    let mut order: Vec<&Switch> = switches
+        .iter()
+        .filter(|s| !parent.contains_key(s.name.as_str()))
+        .collect();
+    let mut listed: HashSet<&str> = order.iter().map(|s| s.name.as_str()).collect();
+    let mut next = 0;
+    while let Some(s) = order.get(next).copied() {
+        next += 1;
         for c in &s.children {
-            if let Some(child) = by_name.get(c.as_str()) {
-                l = l.max(level(child, by_name, levels, depth - 1) + 1);
+            if let Some(child) = by_name.get(c.as_str())
+                && listed.insert(child.name.as_str())
+            {
+                order.push(child);
             }
         }
     }
-    levels.insert(s.name.as_str(), l);
-    l
+    let mut levels: HashMap<&str, u32> = HashMap::new();
+    for s in order.iter().rev() {
+        let level = s
+            .children
+            .iter()
+            .filter_map(|c| levels.get(c.as_str()))
+            .map(|l| l.saturating_add(1))
+            .max()
+            .unwrap_or(0);
+        levels.insert(s.name.as_str(), level);
+    }
+    levels
 }
 
 /// The one-line reason for a step that does not fit (without the `gpu-affinity: `
@@ -404,6 +423,28 @@ mod tests {
         let flat = parse_yaml("- topology: f\n  flat: true\n").expect("flat");
         let t = cluster_topology(&flat).expect("one");
         assert_eq!(span(t, &nodes("h[1-4]")), Span::Fits);
+    }
+
+    #[test]
+    fn a_long_switch_chain_is_counted_without_recursion() {
+        // 100k switches in one chain above a leaf: recursion per level overflowed the
+        // stack; at level 0 nothing is counted, above it the chain is walked in a loop.
+        let depth = 100_000;
+        let mut text = String::from("SwitchName=c0 Nodes=h[1-2]\nSwitchName=x Nodes=h3\n");
+        for i in 1..depth {
+            text.push_str(&format!("SwitchName=c{i} Switches=c{}\n", i - 1));
+        }
+        text.push_str(&format!("SwitchName=top Switches=c{},x\n", depth - 1));
+        let t = parse_conf(&text).expect("conf");
+        assert_eq!(unit_of(&t, "h1", 0), Some((Unit::LeafSwitch, "c0")));
+        assert!(matches!(
+            span_within(&t, &nodes("h[1-3]"), 0),
+            Span::Spans { .. }
+        ));
+        assert_eq!(unit_of(&t, "h1", 5), Some((Unit::Switch(5), "c5")));
+        // top is one above the chain's last switch; x (level 0) rises straight to it.
+        assert_eq!(unit_of(&t, "h3", depth), Some((Unit::Switch(depth), "top")));
+        assert_eq!(span_within(&t, &nodes("h[1-3]"), depth), Span::Fits);
     }
 
     #[test]
