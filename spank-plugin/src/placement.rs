@@ -46,8 +46,12 @@ pub fn backstop(prepared: Prepared, settings: &Settings, host: &dyn Host, os: &d
         Prepared::Decided(StepOutcome::Unplanned { .. }) => false,
         Prepared::Decided(_) => return prepared,
     };
-    let Some(problem) = problem(settings, &Side::node(host, os), os) else {
-        return prepared;
+    // As root on the node the files are readable: one it cannot read or trust is the
+    // admin's to fix, and strict refuses rather than run unchecked.
+    let problem = match problem(settings, &Side::node(host, os), os) {
+        Check::Fits => return prepared,
+        Check::Spans(reason) => reason,
+        Check::CannotCheck(e) => format!("cannot check the step's placement: {e}"),
     };
     if strict {
         let line = format!("gpu-affinity: {problem}");
@@ -122,11 +126,23 @@ pub fn submit(
     }
     let side = Side {
         nodes,
-        partition: env("SLURM_JOB_PARTITION"),
+        // Measured (22.05): srun's own allocation has no SLURM_JOB_PARTITION yet, so
+        // srun's own -p (else its input variable SLURM_PARTITION) names it.
+        partition: env("SLURM_JOB_PARTITION")
+            .or_else(|| srun_args::partition(&os.own_args()))
+            .or_else(|| env("SLURM_PARTITION")),
+        partition_known: false,
         slurm_conf: env("SLURM_CONF").map(PathBuf::from),
     };
-    let Some(problem) = problem(settings, &side, os) else {
-        return Ok(());
+    let problem = match problem(settings, &side, os) {
+        Check::Fits => return Ok(()),
+        Check::Spans(reason) => reason,
+        // srun runs as the user, with the user's SLURM_CONF: what it cannot read or
+        // trust root on the nodes may read fine, so the node backstop decides.
+        Check::CannotCheck(e) => {
+            log::debug!("gpu-affinity: srun: placement not checked here ({e}); the nodes check it");
+            return Ok(());
+        }
     };
     if strict {
         return Err(Failure(format!("gpu-affinity: {problem}")));
@@ -142,8 +158,13 @@ pub fn submit(
 struct Side {
     /// The step's node list (`SLURM_STEP_NODELIST`, else `SLURM_JOB_NODELIST`).
     nodes: Option<String>,
-    /// `SLURM_JOB_PARTITION`.
+    /// `SLURM_JOB_PARTITION` (srun: else its own `-p`, else `SLURM_PARTITION`).
     partition: Option<String>,
+    /// Whether a missing partition means the cluster default (the node side: slurmstepd
+    /// always sets SLURM_JOB_PARTITION). srun may not know it (no `-p`: slurmctld picks
+    /// the default partition), so with several topologies it leaves the choice to the
+    /// nodes rather than check the wrong one.
+    partition_known: bool,
     /// The slurm.conf the topology files sit next to.
     slurm_conf: Option<PathBuf>,
 }
@@ -156,6 +177,7 @@ impl Side {
         Side {
             nodes: first_list(&get),
             partition: get("SLURM_JOB_PARTITION"),
+            partition_known: true,
             slurm_conf: os.slurmd_conf(),
         }
     }
@@ -167,40 +189,56 @@ fn first_list(get: &dyn Fn(&str) -> Option<String>) -> Option<String> {
         .find_map(|v| get(v).filter(|l| !l.trim().is_empty()))
 }
 
-/// Why the step's placement is not one unit (without the `gpu-affinity: ` prefix), or
-/// `None` when it fits or there is nothing to check.
-fn problem(settings: &Settings, side: &Side, os: &dyn Os) -> Option<String> {
+/// What the check found about the step's placement.
+enum Check {
+    /// One unit, one node, or nothing to check (no node list, no topology file).
+    Fits,
+    /// Why the step's nodes are not in one unit (without the `gpu-affinity: ` prefix).
+    Spans(String),
+    /// Why this side cannot tell (an unreadable or untrusted file, a bad node list).
+    CannotCheck(String),
+}
+
+/// The step's placement as this side sees it.
+fn problem(settings: &Settings, side: &Side, os: &dyn Os) -> Check {
     let Some(list) = &side.nodes else {
         log::debug!("gpu-affinity: no step node list; placement not checked");
-        return None;
+        return Check::Fits;
     };
     let nodes = match step_span::step_nodes(list) {
         Ok(n) => n,
-        Err(e) => return Some(format!("cannot check the step's placement: {e}")),
+        Err(e) => return Check::CannotCheck(e),
     };
     if nodes.len() < 2 {
-        return None;
+        return Check::Fits;
     }
     let (path, topologies) = match read(settings, side, os) {
         Ok(Some(t)) => t,
         Ok(None) => {
             log::debug!("gpu-affinity: no topology.yaml or topology.conf; placement not checked");
-            return None;
+            return Check::Fits;
         }
-        Err(e) => return Some(format!("cannot check the step's placement: {e}")),
+        Err(e) => return Check::CannotCheck(e),
     };
+    if topologies.len() > 1 && side.partition.is_none() && !side.partition_known {
+        return Check::CannotCheck(
+            "the step's partition, which picks its topology, is not known".into(),
+        );
+    }
     let named = match partition_topology(settings, side, os, &topologies) {
         Ok(n) => n,
-        Err(e) => return Some(format!("cannot check the step's placement: {e}")),
+        Err(e) => return Check::CannotCheck(e),
     };
-    let topology = step_span::partition_topology(&topologies, named.as_deref())?;
+    let Some(topology) = step_span::partition_topology(&topologies, named.as_deref()) else {
+        return Check::Fits;
+    };
     let span = step_span::span_within(topology, &nodes, settings.switch_level);
     log::debug!(
         "gpu-affinity: step placement by {} ({}): {span:?}",
         path.display(),
         topology.name
     );
-    step_span::reason(&span)
+    step_span::reason(&span).map_or(Check::Fits, Check::Spans)
 }
 
 /// The topology the step's partition names (slurm.conf `PartitionName=... Topology=`,

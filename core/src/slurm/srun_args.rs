@@ -88,6 +88,18 @@ pub fn asks_for_gpus(args: &[String], env: &dyn Fn(&str) -> Option<String>) -> b
             .any(|v| env(v).is_some_and(|x| names_gpu(&x)))
 }
 
+/// The partition srun's own `-p` / `--partition` names (the last one given), or `None`
+/// when there is none or it is a list (slurmctld picks one of them).
+pub fn partition(args: &[String]) -> Option<String> {
+    options(args)
+        .filter(|(opt, _)| matches!(*opt, "p" | "partition"))
+        .filter_map(|(_, value)| value)
+        .last()
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !p.contains(','))
+        .map(str::to_string)
+}
+
 /// srun's option words with their values: `--opt=value`, `--opt value`, `-Xvalue`,
 /// `-X value`, up to the command.
 fn options(args: &[String]) -> impl Iterator<Item = (&str, Option<&str>)> {
@@ -226,6 +238,17 @@ mod tests {
         assert!(!asks_for_gpus(&plain, &gres));
         let gres = |v: &str| (v == "SLURM_GRES").then(|| "gpu:2".to_string());
         assert!(asks_for_gpus(&plain, &gres));
+    }
+
+    #[test]
+    fn the_partition_is_read_from_srun_own_options() {
+        let p = |line: &str| partition(&args(line));
+        assert_eq!(p("srun -N2 -p gpu ./app").as_deref(), Some("gpu"));
+        assert_eq!(p("srun -pgpu -l ./app").as_deref(), Some("gpu"));
+        assert_eq!(p("srun --partition=a100 ./app").as_deref(), Some("a100"));
+        assert_eq!(p("srun -l ./app -p other"), None);
+        assert_eq!(p("srun -p a,b ./app"), None);
+        assert_eq!(p("srun -N2 ./app"), None);
     }
 
     #[test]

@@ -318,3 +318,57 @@ fn switch_level_one_lets_a_step_span_the_leaves_of_one_level_one_switch() {
         "{e}"
     );
 }
+
+#[test]
+fn srun_leaves_a_topology_it_cannot_read_to_the_nodes_which_refuse() {
+    // A topology srun (as the user) cannot read or trust: the step goes ahead from srun,
+    // and the node backstop, which reads it as root, decides (here: it cannot either).
+    let bad = "SwitchName=s1 Nodes=h[1-2] Switches=s2\n";
+    let mut os = srun_os("srun -N4 --gres=gpu:1 true");
+    os.topology_files
+        .insert("/etc/slurm/topology.conf".into(), bad.to_string());
+    let host = srun_host(4, &[("SLURM_NODELIST", "h[1-4]")]);
+    let plugin = srun_plugin(&["default=strict"]);
+    dispatch(&plugin, Hook::LocalUserInit, &host, &os, &[]).expect("srun lets it go");
+    let plugin = remote_plugin(&["default=strict"]);
+    prepare_step(&plugin, &step_host("h[1-4]", 0), &os);
+    let line = misplaced(&plugin);
+    assert!(
+        line.starts_with("gpu-affinity: cannot check the step's placement: "),
+        "{line}"
+    );
+}
+
+#[test]
+fn srun_checks_several_topologies_only_by_a_partition_it_knows() {
+    // The cluster default has two blocks (would refuse); partition `one` is one block.
+    let yaml = "- topology: two\n  cluster_default: true\n  block:\n    blocks:\n      - block: b1\n        nodes: h[1-2]\n      - block: b2\n        nodes: h[3-4]\n\
+                - topology: one\n  block:\n    blocks:\n      - block: all\n        nodes: h[1-4]\n";
+    let os_for = |args: &str| {
+        let mut os = os_with(&[("/etc/slurm/topology.yaml", yaml)]);
+        os.args = args.split_whitespace().map(str::to_string).collect();
+        os.slurm_conf = Some(
+            "PartitionName=wide Nodes=h[1-4] Default=YES\nPartitionName=one Nodes=h[1-4] Topology=one\n"
+                .into(),
+        );
+        os
+    };
+    let plugin = srun_plugin(&["default=strict"]);
+    let own = [("SLURM_NODELIST", "h[1-4]")];
+    // No partition srun can tell (slurmctld picks the default): the nodes decide.
+    let os = os_for("srun -N4 --gres=gpu:1 true");
+    dispatch(&plugin, Hook::LocalUserInit, &srun_host(4, &own), &os, &[]).expect("nodes decide");
+    // srun's own -p, or its input variable: checked by that partition's topology.
+    let os = os_for("srun -N4 -p wide --gres=gpu:1 true");
+    let err = dispatch(&plugin, Hook::LocalUserInit, &srun_host(4, &own), &os, &[])
+        .expect_err("wide refuses");
+    assert_eq!(err.0, REFUSAL);
+    let os = os_for("srun -N4 -l -p one --gres=gpu:1 true");
+    dispatch(&plugin, Hook::LocalUserInit, &srun_host(4, &own), &os, &[]).expect("one block");
+    let os = os_for("srun -N4 --gres=gpu:1 true");
+    let env = srun_host(
+        4,
+        &[("SLURM_NODELIST", "h[1-4]"), ("SLURM_PARTITION", "wide")],
+    );
+    assert!(dispatch(&plugin, Hook::LocalUserInit, &env, &os, &[]).is_err());
+}
