@@ -49,9 +49,9 @@ pub fn backstop(prepared: Prepared, settings: &Settings, host: &dyn Host, os: &d
     // As root on the node the files are readable: one it cannot read or trust is the
     // admin's to fix, and strict refuses rather than run unchecked.
     let problem = match problem(settings, &Side::node(host, os), os) {
-        Check::Fits => return prepared,
-        Check::Spans(reason) => reason,
-        Check::CannotCheck(e) => format!("cannot check the step's placement: {e}"),
+        Placement::Fits => return prepared,
+        Placement::Spans(reason) => reason,
+        Placement::CannotCheck(e) => format!("cannot check the step's placement: {e}"),
     };
     if strict {
         let line = format!("gpu-affinity: {problem}");
@@ -135,11 +135,11 @@ pub fn submit(
         slurm_conf: env("SLURM_CONF").map(PathBuf::from),
     };
     let problem = match problem(settings, &side, os) {
-        Check::Fits => return Ok(()),
-        Check::Spans(reason) => reason,
+        Placement::Fits => return Ok(()),
+        Placement::Spans(reason) => reason,
         // srun runs as the user, with the user's SLURM_CONF: what it cannot read or
         // trust root on the nodes may read fine, so the node backstop decides.
-        Check::CannotCheck(e) => {
+        Placement::CannotCheck(e) => {
             log::debug!("gpu-affinity: srun: placement not checked here ({e}); the nodes check it");
             return Ok(());
         }
@@ -190,7 +190,7 @@ fn first_list(get: &dyn Fn(&str) -> Option<String>) -> Option<String> {
 }
 
 /// What the check found about the step's placement.
-enum Check {
+enum Placement {
     /// One unit, one node, or nothing to check (no node list, no topology file).
     Fits,
     /// Why the step's nodes are not in one unit (without the `gpu-affinity: ` prefix).
@@ -200,37 +200,37 @@ enum Check {
 }
 
 /// The step's placement as this side sees it.
-fn problem(settings: &Settings, side: &Side, os: &dyn Os) -> Check {
+fn problem(settings: &Settings, side: &Side, os: &dyn Os) -> Placement {
     let Some(list) = &side.nodes else {
         log::debug!("gpu-affinity: no step node list; placement not checked");
-        return Check::Fits;
+        return Placement::Fits;
     };
     let nodes = match step_span::step_nodes(list) {
         Ok(n) => n,
-        Err(e) => return Check::CannotCheck(e),
+        Err(e) => return Placement::CannotCheck(e),
     };
     if nodes.len() < 2 {
-        return Check::Fits;
+        return Placement::Fits;
     }
     let (path, topologies) = match read(settings, side, os) {
         Ok(Some(t)) => t,
         Ok(None) => {
             log::debug!("gpu-affinity: no topology.yaml or topology.conf; placement not checked");
-            return Check::Fits;
+            return Placement::Fits;
         }
-        Err(e) => return Check::CannotCheck(e),
+        Err(e) => return Placement::CannotCheck(e),
     };
     if topologies.len() > 1 && side.partition.is_none() && !side.partition_known {
-        return Check::CannotCheck(
+        return Placement::CannotCheck(
             "the step's partition, which picks its topology, is not known".into(),
         );
     }
     let named = match partition_topology(settings, side, os, &topologies) {
         Ok(n) => n,
-        Err(e) => return Check::CannotCheck(e),
+        Err(e) => return Placement::CannotCheck(e),
     };
     let Some(topology) = step_span::partition_topology(&topologies, named.as_deref()) else {
-        return Check::Fits;
+        return Placement::Fits;
     };
     let span = step_span::span_within(topology, &nodes, settings.switch_level);
     log::debug!(
@@ -238,7 +238,7 @@ fn problem(settings: &Settings, side: &Side, os: &dyn Os) -> Check {
         path.display(),
         topology.name
     );
-    step_span::reason(&span).map_or(Check::Fits, Check::Spans)
+    step_span::reason(&span).map_or(Placement::Fits, Placement::Spans)
 }
 
 /// The topology the step's partition names (slurm.conf `PartitionName=... Topology=`,
