@@ -126,8 +126,8 @@ pub fn submit(
     }
     let side = Side {
         nodes,
-        // Measured (22.05): srun's own allocation has no SLURM_JOB_PARTITION yet, so
-        // srun's own -p (else its input variable SLURM_PARTITION) names it.
+        // SLURM_JOB_PARTITION where srun's environment has it (an allocation's), else
+        // srun's own -p, else its input variable SLURM_PARTITION; else not known.
         partition: env("SLURM_JOB_PARTITION")
             .or_else(|| srun_args::partition(&os.own_args()))
             .or_else(|| env("SLURM_PARTITION")),
