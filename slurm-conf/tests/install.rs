@@ -326,6 +326,55 @@ fn plugstack_config_elsewhere_without_an_include_dir() {
     assert_eq!(snapshot(root), before);
 }
 
+/// `PlugStackConfig=` set in a file slurm.conf includes is followed like one in slurm.conf.
+#[test]
+fn plugstack_config_in_an_included_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = slurm_prefix(root, "usr/local", "0x180b05", "lib/slurm");
+    let spank = root.join("shared/spank");
+    write(
+        &prefix.join("etc/slurm/slurm.conf"),
+        "ClusterName=c1\ninclude site.conf\n",
+    );
+    write(
+        &prefix.join("etc/slurm/site.conf"),
+        &format!("PlugStackConfig={}/plugstack.conf\n", spank.display()),
+    );
+    let conf_text = "include plugstack.d/*.conf\n";
+    write(&spank.join("plugstack.conf"), conf_text);
+    let (said, snap) = round_trip(root, &prefix, &[]);
+    find(&snap, &spank.join("plugstack.d/gpu-affinity.conf"));
+    assert!(
+        !snap.contains_key(&prefix.join("etc/slurm/plugstack.conf")),
+        "{said}"
+    );
+}
+
+/// A plugstack.conf that is not UTF-8 (a Latin-1 comment) is refused, naming it, and left
+/// as it is: replacing it with one include line would drop its SPANK lines.
+#[test]
+fn a_plugstack_conf_not_utf8_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = slurm_prefix(root, "usr/local", "0x180b05", "lib/slurm");
+    let conf = prefix.join("etc/slurm/plugstack.conf");
+    let text = b"# caf\xe9\nrequired /usr/lib/pyxis/spank_pyxis.so\n";
+    fs::create_dir_all(conf.parent().expect("dir")).expect("mkdir");
+    fs::write(&conf, text).expect("write");
+    plugins(root);
+    let before = snapshot(root);
+    let out = install_refused(root, &prefix, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot read {}: ", conf.display())),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(snapshot(root), before);
+    assert_eq!(fs::read(&conf).expect("read"), text);
+}
+
 /// An install that must fail with exit status 1.
 fn install_refused(root: &Path, prefix: &Path, extra: &[&str]) -> Output {
     let plugins = plugins(root);
