@@ -206,7 +206,7 @@ impl MountProber for RealProber {
 }
 
 /// The checkpoint directory's write bandwidth (`[storage] checkpoint_*`): one probe file of
-/// `probe_mib` MiB under ROOT/dir, written, fsynced, removed.
+/// `probe_mib` MiB under ROOT/dir: created, unlinked, then written + fsynced.
 pub fn probe_checkpoint(
     root: &Path,
     cfg: &CheckpointConfig,

@@ -258,6 +258,14 @@ mod tests {
         );
         assert_eq!(value(text, "ClusterName").as_deref(), Some("c1"));
         assert_eq!(value(text, "PluginDir"), None);
+        // The facts the reader keeps (slurm.conf, then its includes) say the same.
+        let mut conf = parse(text).expect("conf");
+        assert_eq!(conf.plug_stack_config.as_deref(), Some("/b/plugstack.conf"));
+        parse_into("PlugStackConfig=/include/plugstack.conf\n", &mut conf).expect("include");
+        assert_eq!(
+            conf.plug_stack_config.as_deref(),
+            Some("/include/plugstack.conf")
+        );
     }
 
     #[test]
