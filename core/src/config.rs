@@ -77,6 +77,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::health::STORAGE_BOUND_MS;
 use crate::solver::Mode;
 use crate::trust::{TrustError, read_trusted_text};
 
@@ -186,7 +187,7 @@ pub struct HealthConfig {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckpointConfig {
     pub dir: PathBuf,
-    /// MB/s; `None`: measured and reported, never failed.
+    /// MB/s; `None`: measured and reported, never drains (a probe that fails only warns).
     pub floor_mbps: Option<f64>,
     pub probe_mib: u32,
 }
@@ -740,10 +741,29 @@ fn checkpoint(
             None => Ok(None),
         };
     };
+    let probe_mib = probe_mib.unwrap_or(DEFAULT_CHECKPOINT_PROBE_MIB);
+    // A probe that cannot finish within the bound at the floor rate would time out (and
+    // drain) on a mount that meets the floor.
+    if let (Some(floor), Some(floor_at)) = (floor_mbps, &storage.checkpoint_floor_mbps) {
+        let bound_s = STORAGE_BOUND_MS as f64 / 1000.0;
+        let fits_mib = (floor * 1e6 * bound_s / f64::from(1u32 << 20)).floor();
+        if f64::from(probe_mib) > fits_mib {
+            let offset = storage
+                .checkpoint_probe_mib
+                .as_ref()
+                .map_or(floor_at.span().start, |v| v.span().start);
+            return Err(at(
+                offset,
+                format!(
+                    "[storage] checkpoint_probe_mib = {probe_mib} cannot finish within the {STORAGE_BOUND_MS} ms bound at checkpoint_floor_mbps = {floor}: expected at most {fits_mib} MiB"
+                ),
+            ));
+        }
+    }
     Ok(Some(CheckpointConfig {
         dir: path,
         floor_mbps,
-        probe_mib: probe_mib.unwrap_or(DEFAULT_CHECKPOINT_PROBE_MIB),
+        probe_mib,
     }))
 }
 
@@ -1094,6 +1114,14 @@ mod tests {
             (
                 "[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_probe_mib = 4096\n",
                 "config line 3: [storage] checkpoint_probe_mib = 4096 is invalid: expected 1 to 1024",
+            ),
+            (
+                "[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_floor_mbps = 10\ncheckpoint_probe_mib = 64\n",
+                "config line 4: [storage] checkpoint_probe_mib = 64 cannot finish within the 5000 ms bound at checkpoint_floor_mbps = 10: expected at most 47 MiB",
+            ),
+            (
+                "[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_floor_mbps = 2\n",
+                "config line 3: [storage] checkpoint_probe_mib = 16 cannot finish within the 5000 ms bound at checkpoint_floor_mbps = 2: expected at most 9 MiB",
             ),
             (
                 "[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_floor_mbps = -1.0\n",

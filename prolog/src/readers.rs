@@ -188,6 +188,9 @@ impl MountProber for RealProber {
         let block = probe_block();
         let t = Instant::now();
         let mut f = create_probe(&file)?;
+        // Unlinked before the first byte and written through the open descriptor: a pass
+        // killed at its bound mid-write leaves no partial file on shared storage.
+        std::fs::remove_file(&file).map_err(|e| format!("{}: {e}", file.display()))?;
         let written = (|| {
             let mut left = bytes;
             while left > 0 {
@@ -197,17 +200,13 @@ impl MountProber for RealProber {
             }
             f.sync_all()
         })();
-        let elapsed = t.elapsed();
-        // Removed whatever the write did: the probe must never leave a file behind.
-        let removed = std::fs::remove_file(&file);
         written.map_err(|e| format!("{}: {e}", file.display()))?;
-        removed.map_err(|e| format!("{}: {e}", file.display()))?;
-        Ok(elapsed)
+        Ok(t.elapsed())
     }
 }
 
 /// The checkpoint directory's write bandwidth (`[storage] checkpoint_*`): one probe file of
-/// `probe_mib` MiB under ROOT/dir, written, fsynced, removed.
+/// `probe_mib` MiB under ROOT/dir: created, unlinked, then written + fsynced.
 pub fn probe_checkpoint(
     root: &Path,
     cfg: &CheckpointConfig,

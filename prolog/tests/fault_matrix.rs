@@ -661,13 +661,25 @@ fn run_matrix() -> usize {
     );
 
     // The checkpoint directory's write floor (health passes only): 16 MiB written and
-    // fsynced under /fsx, always removed; a floor no disk reaches drains.
-    for (floor, verdict, reason) in [
-        ("1", "ok", ""),
-        ("1e12", "drain", "gpu-affinity: STORAGE_SLOW dir=/fsx"),
+    // fsynced under /fsx, always removed; a floor no disk reaches drains. A directory the
+    // probe cannot write drains only with a floor set; without one it warns.
+    for (dir, floor, verdict, reason) in [
+        ("/fsx", "10", "ok", ""),
+        (
+            "/fsx",
+            "1e12",
+            "drain",
+            "gpu-affinity: STORAGE_SLOW dir=/fsx",
+        ),
+        ("/fsx/absent", "10", "drain", "gpu-affinity: STORAGE_SLOW"),
+        ("/fsx/absent", "", "warn", "gpu-affinity: STORAGE_SLOW"),
     ] {
-        let extra =
-            format!("[storage]\ncheckpoint_dir = \"/fsx\"\ncheckpoint_floor_mbps = {floor}\n");
+        let floor_line = if floor.is_empty() {
+            String::new()
+        } else {
+            format!("checkpoint_floor_mbps = {floor}\n")
+        };
+        let extra = format!("[storage]\ncheckpoint_dir = \"{dir}\"\n{floor_line}");
         let n = node(&healthy(), &lib, &extra);
         let r = run("health", &n.root, &n.cfg, &n.sim, &[]);
         let evidence = r.json["checks"]
@@ -677,7 +689,7 @@ fn run_matrix() -> usize {
             .unwrap_or_default();
         let left = std::fs::read_dir(n.root.join("fsx")).map_or(0, |d| d.count());
         check(
-            &format!("checkpoint floor {floor} MB/s"),
+            &format!("checkpoint {dir} floor {floor:?} MB/s"),
             r.json["verdict"] == verdict
                 && r.json["reason"]
                     .as_str()

@@ -17,8 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpu_affinity::atomic;
-use gpu_affinity::slurm::{conf_write, slurm_conf};
-use gpu_affinity::trust;
+use gpu_affinity::slurm::{conf_write, read};
 use serde::{Deserialize, Serialize};
 use wait_timeout::ChildExt;
 
@@ -32,8 +31,6 @@ const SNIPPET: &str = "gpu-affinity.conf";
 /// Sorts after `pyxis.conf` (and any lowercase name), so SPANK runs this plugin's hooks after
 /// pyxis's: pyxis re-imports the container image's environment in its task_init.
 const SNIPPET_AFTER_PYXIS: &str = "zz-gpu-affinity.conf";
-/// Largest slurm.conf read for `PlugStackConfig=`.
-const MAX_SLURM_CONF: u64 = 16 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -96,6 +93,8 @@ struct Plugstack {
     conf: PathBuf,
     /// The slurm.conf whose `PlugStackConfig=` named `conf` (None: Slurm's default place).
     named_by: Option<PathBuf>,
+    /// Its text, read before anything changes ("" when it does not exist yet).
+    text: String,
 }
 
 fn io_err(what: &str, path: &Path, e: std::io::Error) -> CliError {
@@ -253,27 +252,41 @@ fn find_sysconf_dir(prefix: &Path, real_prefix: &Path) -> Result<PathBuf, CliErr
 /// plugstack.conf: where slurm.conf's `PlugStackConfig=` says, else next to slurm.conf
 /// (Slurm's default; also when there is no slurm.conf, as on a configless node).
 fn find_plugstack(slurm_conf: &Path) -> Result<Plugstack, CliError> {
-    let text = match trust::open_regular(slurm_conf) {
-        Ok(f) => trust::read_bounded_text(f, MAX_SLURM_CONF)
-            .map_err(|e| io_err("cannot read", slurm_conf, e))?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+    // Its includes too (the last PlugStackConfig= wins), each owned by slurm.conf's owner
+    // and writable by no one else.
+    let owner = match fs::metadata(slurm_conf) {
+        Ok(m) => m.uid(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
         Err(e) => return Err(io_err("cannot read", slurm_conf, e)),
     };
+    let named = read::read_slurm_conf(slurm_conf, owner)
+        .map_err(CliError)?
+        .and_then(|c| c.plug_stack_config);
     let beside = slurm_conf.parent().unwrap_or(Path::new("/"));
-    match slurm_conf::value(&text, "PlugStackConfig") {
-        None => Ok(Plugstack {
-            conf: beside.join("plugstack.conf"),
-            named_by: None,
-        }),
-        Some(p) if Path::new(&p).is_absolute() => Ok(Plugstack {
-            conf: PathBuf::from(p),
-            named_by: Some(slurm_conf.to_path_buf()),
-        }),
-        Some(p) => Err(CliError(format!(
-            "{}: PlugStackConfig={p} is not an absolute path (each Slurm daemon would read it from its own working dir)",
-            slurm_conf.display()
-        ))),
-    }
+    let (conf, named_by) = match named {
+        None => (beside.join("plugstack.conf"), None),
+        Some(p) if Path::new(&p).is_absolute() => {
+            (PathBuf::from(p), Some(slurm_conf.to_path_buf()))
+        }
+        Some(p) => {
+            return Err(CliError(format!(
+                "{}: PlugStackConfig={p} is not an absolute path (each Slurm daemon would read it from its own working dir)",
+                slurm_conf.display()
+            )));
+        }
+    };
+    // Only a missing file is empty: one unreadable or not UTF-8 would be replaced by a
+    // lone include line, dropping pyxis and every other SPANK line in it.
+    let text = match fs::read_to_string(&conf) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(io_err("cannot read", &conf, e)),
+    };
+    Ok(Plugstack {
+        conf,
+        named_by,
+        text,
+    })
 }
 
 fn default_plugins_dir() -> PathBuf {
@@ -559,8 +572,8 @@ fn write_plugstack(
     // 2. The snippet, in the include dir.
     let conf = slurm.plugstack.conf.clone();
     let conf_dir = conf.parent().unwrap_or(Path::new("/"));
-    let conf_text = fs::read_to_string(&conf).unwrap_or_default();
-    let patterns = includes(&conf_text, conf_dir);
+    let conf_text = &slurm.plugstack.text;
+    let patterns = includes(conf_text, conf_dir);
     let dir = args
         .plugstack_dir
         .clone()
@@ -629,7 +642,7 @@ fn write_plugstack(
             conf.display(),
             snippet.display()
         ));
-        if mentions_pyxis(&conf_text) {
+        if mentions_pyxis(conf_text) {
             out.lines.push(format!(
                 "note: {} names pyxis itself; keep its line before the include of {}",
                 conf.display(),

@@ -246,22 +246,32 @@ fn oci_azure_usr_with_include_dir() {
     find(&snap, &other.join("gpu-affinity.conf"));
 }
 
-/// slurm.conf's `PlugStackConfig=` names a plugstack.conf elsewhere (a shared spank dir)
-/// whose relative wildcard include reads a dir of its own: the snippet goes there and the
-/// admin's file is left as it is.
+/// slurm.conf's `PlugStackConfig=` (or one in a file it includes) names a plugstack.conf
+/// elsewhere (a shared spank dir) whose relative wildcard include reads a dir of its own:
+/// the snippet goes there and the admin's file is left as it is.
 #[test]
 fn plugstack_config_elsewhere_with_an_include_dir() {
+    for included in [false, true] {
+        plugstack_config_elsewhere(included);
+    }
+}
+
+fn plugstack_config_elsewhere(included: bool) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
     let prefix = slurm_prefix(root, "usr/local", "0x180b05", "lib/slurm");
     let spank = root.join("shared/spank");
-    write(
-        &prefix.join("etc/slurm/slurm.conf"),
-        &format!(
-            "ClusterName=c1\n# PlugStackConfig=/not/this\nplugstackconfig={}/plugstack.conf\n",
-            spank.display()
-        ),
+    let key = format!(
+        "# PlugStackConfig=/not/this\nplugstackconfig={}/plugstack.conf\n",
+        spank.display()
     );
+    let slurm_conf = if included {
+        write(&prefix.join("etc/slurm/site.conf"), &key);
+        "ClusterName=c1\ninclude site.conf\n".to_string()
+    } else {
+        format!("ClusterName=c1\n{key}")
+    };
+    write(&prefix.join("etc/slurm/slurm.conf"), &slurm_conf);
     let conf_text = "required /opt/other/spank_other.so\ninclude plugstack.d/*.conf\n";
     write(&spank.join("plugstack.conf"), conf_text);
     let (said, snap) = round_trip(root, &prefix, &[]);
@@ -324,6 +334,30 @@ fn plugstack_config_elsewhere_without_an_include_dir() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(snapshot(root), before);
+}
+
+/// A plugstack.conf that is not UTF-8 (a Latin-1 comment) is refused, naming it, and left
+/// as it is: replacing it with one include line would drop its SPANK lines.
+#[test]
+fn a_plugstack_conf_not_utf8_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let prefix = slurm_prefix(root, "usr/local", "0x180b05", "lib/slurm");
+    let conf = prefix.join("etc/slurm/plugstack.conf");
+    let text = b"# caf\xe9\nrequired /usr/lib/pyxis/spank_pyxis.so\n";
+    fs::create_dir_all(conf.parent().expect("dir")).expect("mkdir");
+    fs::write(&conf, text).expect("write");
+    plugins(root);
+    let before = snapshot(root);
+    let out = install_refused(root, &prefix, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot read {}: ", conf.display())),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(snapshot(root), before);
+    assert_eq!(fs::read(&conf).expect("read"), text);
 }
 
 /// An install that must fail with exit status 1.

@@ -524,7 +524,14 @@ fn run(
         }
         "storage.mount" | "storage.writable" | "storage.latency" => storage(def, inputs),
         "storage.checkpoint_bandwidth" => {
-            let probe = need!(&inputs.checkpoint, true);
+            let probe = match (&inputs.checkpoint, expect.checkpoint_floor_mbps) {
+                // Without a floor the probe is measured and reported, never drains: a
+                // directory the probe cannot write (root-squashed NFS) is a warning.
+                (Err(gap @ (Gap::Timeout { .. } | Gap::Failed(_))), None) => {
+                    return Result_::Found(vec![unfloored_probe_gap(def, gap)]);
+                }
+                (checkpoint, _) => need!(checkpoint, true),
+            };
             // MB/s: decimal megabytes per second, as storage vendors quote it.
             let mbps = probe.bytes as f64 / probe.elapsed_us.max(1) as f64;
             let text = format!(
@@ -544,6 +551,24 @@ fn run(
             }
         }
         _ => Result_::Skip("unknown check".into()),
+    }
+}
+
+/// A checkpoint probe that timed out or failed with no floor set: a warning finding,
+/// `STORAGE_SLOW_TIMEOUT` for a timeout as the drain would have said.
+fn unfloored_probe_gap(def: &CheckDef, gap: &Gap) -> Finding {
+    let (code, evidence) = match gap {
+        Gap::Timeout { after_ms } => (
+            format!("{}_TIMEOUT", def.code),
+            format!("no answer within {after_ms} ms (no floor set)"),
+        ),
+        Gap::Failed(why) | Gap::Skipped(why) => {
+            (def.code.to_string(), format!("{why} (no floor set)"))
+        }
+    };
+    Finding {
+        class: Some(Class::Warn),
+        ..finding(code, None, evidence)
     }
 }
 

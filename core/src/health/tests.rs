@@ -795,3 +795,41 @@ fn recovery_action_drains_unless_none_or_unreported() {
         r.reason()
     );
 }
+
+#[test]
+fn checkpoint_probe_without_a_floor_warns_never_drains() {
+    let (mut inputs, mut expect) = healthy();
+    expect.checkpoint_floor_mbps = None;
+    let probe = |r: &Report| {
+        r.checks
+            .iter()
+            .find(|c| c.id == "storage.checkpoint_bandwidth")
+            .map(|c| (c.class, c.status))
+    };
+    for (gap, status, reason) in [
+        (
+            Gap::Timeout { after_ms: 5000 },
+            Status::Timeout,
+            "gpu-affinity: STORAGE_SLOW_TIMEOUT",
+        ),
+        (
+            Gap::Failed("/fsx/ckpt: Permission denied (os error 13)".into()),
+            Status::Fail,
+            "gpu-affinity: STORAGE_SLOW",
+        ),
+    ] {
+        inputs.checkpoint = Err(gap.clone());
+        let r = run(&inputs, &expect);
+        assert_eq!(r.verdict, Verdict::Warn, "{gap:?}: {}", r.summary());
+        assert_eq!(probe(&r), Some((Class::Warn, status)), "{}", r.summary());
+        assert_eq!(r.reason(), reason);
+        // With a floor the same gap drains.
+        let floored = Expect {
+            checkpoint_floor_mbps: Some(500.0),
+            ..expect.clone()
+        };
+        let r = run(&inputs, &floored);
+        assert_eq!(r.verdict, Verdict::Drain, "{gap:?}: {}", r.summary());
+        assert_eq!(probe(&r), Some((Class::Drain, status)));
+    }
+}

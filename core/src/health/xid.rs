@@ -146,13 +146,25 @@ fn records(text: &str) -> impl Iterator<Item = (u64, &str)> {
 pub fn parse_kmsg(text: &str) -> Vec<XidEvent> {
     let mut events = Vec::new();
     for (seq, message) in records(text) {
-        if message.contains(DRIVER_LOAD) {
+        if is_driver_load(seq, message) {
             events.clear();
         } else if let Some((gpu, code)) = parse_xid_message(message) {
             events.push(XidEvent { seq, gpu, code });
         }
     }
     events
+}
+
+/// The driver's own load line: the message starts with it (a plain dmesg line (seq 0) after
+/// its `[    5.1]` stamp), so a process logging a line that quotes it cannot clear XIDs.
+fn is_driver_load(seq: u64, message: &str) -> bool {
+    let message = match message.strip_prefix('[') {
+        Some(stamped) if seq == 0 => stamped
+            .split_once(']')
+            .map_or(message, |(_, m)| m.trim_start()),
+        _ => message,
+    };
+    message.starts_with(DRIVER_LOAD)
 }
 
 /// The highest record sequence number in the text: where the log stood when it was read
@@ -260,5 +272,18 @@ mod tests {
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!((events[0].seq, events[0].code), (30, 48));
         assert!(parse_kmsg(&format!("{text}{open}")).is_empty());
+        // A copied dmesg line keeps its stamp and still counts as the load.
+        let dmesg = "[    5.120000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n";
+        assert!(parse_kmsg(&format!("{}{dmesg}", xid(10, 79))).is_empty());
+    }
+
+    #[test]
+    fn a_line_quoting_the_driver_load_keeps_older_xids() {
+        let text = "4,10,1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x\n\
+                    12,20,2,-;evil[42]: NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15\n\
+                    12,30,3,-;[1.0] evil: NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n";
+        let events = parse_kmsg(text);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!((events[0].seq, events[0].code), (10, 79));
     }
 }

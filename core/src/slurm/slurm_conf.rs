@@ -28,6 +28,8 @@ pub struct SlurmConf {
     /// `TopologyParam=`, the last one given.
     pub topology_param: Option<String>,
     pub partitions: Vec<Partition>,
+    /// `PlugStackConfig=`, the last one given (in include order).
+    pub plug_stack_config: Option<String>,
     /// `include` targets, as written, in order.
     pub includes: Vec<String>,
 }
@@ -108,6 +110,13 @@ pub fn parse_into(text: &str, conf: &mut SlurmConf) -> Result<(), String> {
                 conf.partitions.push(p);
             }
             _ => {}
+        }
+        // A daemon-wide key may share its line with others (`SlurmctldHost=h1 PlugStackConfig=...`).
+        if let Some((_, v)) = fields
+            .iter()
+            .rfind(|(k, _)| k.eq_ignore_ascii_case("PlugStackConfig"))
+        {
+            conf.plug_stack_config = Some(v.clone());
         }
     }
     Ok(())
@@ -249,6 +258,14 @@ mod tests {
         );
         assert_eq!(value(text, "ClusterName").as_deref(), Some("c1"));
         assert_eq!(value(text, "PluginDir"), None);
+        // The facts the reader keeps (slurm.conf, then its includes) say the same.
+        let mut conf = parse(text).expect("conf");
+        assert_eq!(conf.plug_stack_config.as_deref(), Some("/b/plugstack.conf"));
+        parse_into("PlugStackConfig=/include/plugstack.conf\n", &mut conf).expect("include");
+        assert_eq!(
+            conf.plug_stack_config.as_deref(),
+            Some("/include/plugstack.conf")
+        );
     }
 
     #[test]
