@@ -1,7 +1,8 @@
-//! `slurm::slurm_conf::value` and `parse` (slurm.conf, as `gpu-affinity install` reads it for
-//! `PlugStackConfig=`). Properties: a value holds no newline and, unquoted, no space; a
-//! plain `PlugStackConfig=WORD` line appended to the text (after a blank line) is the
-//! value found (the last one wins, as in Slurm), whatever came before.
+//! `slurm::slurm_conf::parse` (slurm.conf, as audit, the placement backstop and
+//! `gpu-affinity install` read it). Properties: an error, never a panic; a
+//! `PlugStackConfig=` value holds no newline; a plain `PlugStackConfig=WORD` line appended
+//! to the text (after a blank line) is the value found (the last one wins, as in Slurm),
+//! whatever came before.
 #![no_main]
 
 use gpu_affinity::slurm::slurm_conf;
@@ -11,18 +12,16 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    // The facts parser (audit, the placement backstop) reads the same lines: an error,
-    // never a panic.
-    let _ = slurm_conf::parse(text);
-    if let Some(v) = slurm_conf::value(text, "PlugStackConfig") {
+    let Ok(conf) = slurm_conf::parse(text) else {
+        return;
+    };
+    if let Some(v) = &conf.plug_stack_config {
         assert!(!v.contains('\n'), "{v:?}");
     }
     let word = "/etc/slurm/spank/plugstack.conf";
-    // The blank line ends any `\`-continued line the text leaves open.
+    // The blank line ends any `\`-continued line the text leaves open; a text that
+    // parsed still parses with one more plain line (no partition, no include).
     let appended = format!("{text}\n\nPlugStackConfig={word}\n");
-    assert_eq!(
-        slurm_conf::value(&appended, "plugstackconfig").as_deref(),
-        Some(word),
-        "{text:?}"
-    );
+    let again = slurm_conf::parse(&appended).expect("one more plain line");
+    assert_eq!(again.plug_stack_config.as_deref(), Some(word), "{text:?}");
 });

@@ -140,16 +140,6 @@ impl SlurmConf {
     }
 }
 
-/// The value slurm.conf `text` gives `key` (`PlugStackConfig`, ...), if any.
-pub fn value(text: &str, key: &str) -> Option<String> {
-    logical_lines(text)
-        .iter()
-        .flat_map(|(_, line)| pairs(line))
-        .filter(|(k, _)| k.eq_ignore_ascii_case(key))
-        .map(|(_, v)| v)
-        .next_back()
-}
-
 /// The `Key=Value` pairs of one logical line; words that are not pairs are skipped.
 fn pairs(line: &str) -> Vec<(String, String)> {
     let mut found = Vec::new();
@@ -192,6 +182,16 @@ fn unquote(v: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The last value of `key` in `text`, read by the tokenizer `parse` uses.
+    fn value(text: &str, key: &str) -> Option<String> {
+        logical_lines(text)
+            .iter()
+            .flat_map(|(_, line)| pairs(line))
+            .filter(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v)
+            .next_back()
+    }
 
     #[test]
     fn topology_plugin_partitions_and_includes() {
