@@ -473,6 +473,9 @@ pub fn main(program: Program) -> ! {
         cfg.health.slurm_bin_dir.clone(),
         cfg.health.slurm_conf.clone(),
     );
+    if let Err(why) = slurm.bin_dir() {
+        log_line(program, why);
+    }
     let (report, rows, next, indices) =
         pass(program, &cfg, &node, Arc::new(RealProber), Some(&slurm));
     let policy = policy_of(&cfg);
@@ -549,15 +552,16 @@ fn side_effects(
 }
 
 /// The prolog/epilog fail (so Slurm keeps the job off the node) on a drain verdict unless the
-/// breaker held the drain back or the node's state could not be read (then the node stays up,
-/// loudly). The health program always exits 0.
+/// breaker held the drain back. That includes a node whose state could not be read (sinfo
+/// failed, or the node is not in its answer): the suite cannot drain it then, so the failed
+/// prolog makes Slurm drain it under its own reason ("Prolog error") rather than run the
+/// job on a faulty node; fail closed. The health program always exits 0.
 fn exit_code(program: Program, o: &Outcome, dry_run: bool) -> i32 {
     if program == Program::Health || dry_run || o.report.verdict != Verdict::Drain {
         return 0;
     }
     match &o.action {
         Action::HeldBack(_) => 0,
-        Action::Leave(why) if why.contains("unreadable") || why.contains("not in sinfo") => 0,
         _ => 1,
     }
 }

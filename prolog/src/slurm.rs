@@ -13,12 +13,21 @@ use gpu_affinity::health::parse::{NodeRow, SINFO_FORMAT, sinfo_rows};
 /// Slurm clients retry for minutes against a dead controller; a health pass must not.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Where Slurm's clients usually are, when `[slurm] bin_dir` is unset (clouds.md: /usr,
-/// /usr/local, /opt/slurm prefixes).
+/// Where Slurm's clients usually are (clouds.md: /usr, /usr/local, /opt/slurm prefixes):
+/// looked at only when no slurmd says which install is running.
 const PREFIXES: [&str; 3] = ["/usr/bin", "/usr/local/bin", "/opt/slurm/bin"];
 
+/// The daemons whose install names the running Slurm: the prolog's and health program's
+/// parent is slurmd (or slurmstepd, which runs the prolog under PrologFlags=Contain).
+const DAEMONS: [&str; 2] = ["slurmd", "slurmstepd"];
+
+/// How far up the process tree the parent daemon is looked for.
+const MAX_ANCESTORS: usize = 8;
+
 pub struct Slurm {
-    bin_dir: Option<PathBuf>,
+    /// The clients' directory: `[slurm] bin_dir`, else the running slurmd's install
+    /// ([`running_clients`]); an error says why neither named one.
+    bin_dir: Result<PathBuf, String>,
     /// `[slurm] conf`, given to the clients as `SLURM_CONF`. slurmd runs
     /// HealthCheckProgram with only `SLURMD_NODENAME` in its environment (no PATH, no
     /// SLURM_CONF; measured on 22.05), so a slurm.conf outside the clients' default is
@@ -30,26 +39,27 @@ pub struct Slurm {
 impl Slurm {
     pub fn new(bin_dir: Option<PathBuf>, conf: Option<PathBuf>) -> Slurm {
         Slurm {
-            bin_dir,
+            bin_dir: bin_dir.map_or_else(|| running_clients(Path::new("/proc")), Ok),
             conf,
             timeout: CLIENT_TIMEOUT,
         }
     }
 
-    fn program(&self, name: &str) -> PathBuf {
-        match &self.bin_dir {
-            Some(d) => d.join(name),
-            None => PREFIXES
-                .iter()
-                .map(|p| Path::new(p).join(name))
-                .find(|p| p.exists())
-                .unwrap_or_else(|| PathBuf::from(name)),
-        }
+    /// The directory whose clients this pass runs (for the log), or why there is none.
+    pub fn bin_dir(&self) -> Result<&Path, &str> {
+        self.bin_dir.as_deref().map_err(String::as_str)
+    }
+
+    fn program(&self, name: &str) -> Result<PathBuf, String> {
+        self.bin_dir
+            .as_ref()
+            .map(|d| d.join(name))
+            .map_err(Clone::clone)
     }
 
     /// Run `name args`, killed after the timeout. Stdout on exit status 0.
     pub fn run(&self, name: &str, args: &[&str]) -> Result<String, String> {
-        let program = self.program(name);
+        let program = self.program(name)?;
         let mut cmd = Command::new(&program);
         if let Some(conf) = &self.conf {
             cmd.env("SLURM_CONF", conf);
@@ -125,5 +135,134 @@ impl Slurm {
                 .map(|_| ()),
             Action::Leave(_) | Action::HeldBack(_) => Ok(()),
         }
+    }
+}
+
+/// The clients of the Slurm that runs on this node, never merely the first install that
+/// exists: a node image can carry a distro Slurm in /usr/bin beside /opt/slurm, and the
+/// other series' clients cannot talk to this controller (22.05's sinfo against 25.11:
+/// measured). In order: the install of the root-owned slurmd or slurmstepd among this
+/// process's ancestors (its `sbin/` -> `bin/`), then that of any root-owned slurmd on
+/// the node (a run by hand), then the one prefix of [`PREFIXES`] holding `scontrol`.
+/// Several prefixes and no daemon to choose is an error naming them (`[slurm] bin_dir`
+/// settles it). `proc` is the procfs mount (a fixture tree in tests).
+pub fn running_clients(proc: &Path) -> Result<PathBuf, String> {
+    let mut pid = std::process::id();
+    for _ in 0..MAX_ANCESTORS {
+        let Some(parent) = parent_pid(proc, pid) else {
+            break;
+        };
+        if parent <= 1 {
+            break;
+        }
+        if let Some(bin) = daemon_clients(proc, parent) {
+            return Ok(bin);
+        }
+        pid = parent;
+    }
+    if let Ok(entries) = std::fs::read_dir(proc) {
+        for entry in entries.flatten() {
+            let pid = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok());
+            if let Some(bin) = pid.and_then(|p| daemon_clients(proc, p)) {
+                return Ok(bin);
+            }
+        }
+    }
+    let found: Vec<&str> = PREFIXES
+        .iter()
+        .copied()
+        .filter(|p| is_executable(&Path::new(p).join("scontrol")))
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(PathBuf::from(one)),
+        [] => Err(format!(
+            "no Slurm clients (scontrol) in {} and no running slurmd: set [slurm] bin_dir",
+            PREFIXES.join(", ")
+        )),
+        several => Err(format!(
+            "Slurm clients in {} and no running slurmd to say which series runs: set [slurm] bin_dir",
+            several.join(" and ")
+        )),
+    }
+}
+
+/// `pid`'s parent, from `/proc/PID/stat` (the field after the `)` that ends the name,
+/// which may itself hold spaces and parentheses).
+fn parent_pid(proc: &Path, pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(proc.join(pid.to_string()).join("stat")).ok()?;
+    parse_ppid(&stat)
+}
+
+/// The ppid field of a `/proc/PID/stat` line.
+pub fn parse_ppid(stat: &str) -> Option<u32> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// When `pid` is a root-owned slurmd or slurmstepd: the `bin/` beside its `sbin/`, if
+/// that holds scontrol.
+fn daemon_clients(proc: &Path, pid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = proc.join(pid.to_string());
+    // /proc/PID is owned by the process's effective uid: only root's daemons count.
+    if std::fs::metadata(&dir).ok()?.uid() != 0 {
+        return None;
+    }
+    let exe = std::fs::read_link(dir.join("exe")).ok()?;
+    clients_beside(&exe)
+}
+
+/// `PREFIX/sbin/slurmd` (or slurmstepd, possibly replaced on disk since it started:
+/// ` (deleted)`) -> `PREFIX/bin` when it holds scontrol.
+pub fn clients_beside(exe: &Path) -> Option<PathBuf> {
+    let text = exe.to_str()?;
+    let exe = Path::new(text.strip_suffix(" (deleted)").unwrap_or(text));
+    if !DAEMONS.contains(&exe.file_name()?.to_str()?) {
+        return None;
+    }
+    let bin = exe.parent()?.parent()?.join("bin");
+    is_executable(&bin.join("scontrol")).then_some(bin)
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ppid_is_read_past_a_name_with_spaces_and_parens() {
+        assert_eq!(parse_ppid("4242 (a) b (c) S 17 4242 4242 0"), Some(17));
+        assert_eq!(parse_ppid("1 (systemd) S 0 1 1"), Some(0));
+        assert_eq!(parse_ppid("garbage"), None);
+        assert_eq!(parse_ppid("5 (x) S notanumber"), None);
+    }
+
+    #[test]
+    fn clients_come_from_the_daemons_own_prefix() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let prefix = tmp.path().join("opt/slurm");
+        std::fs::create_dir_all(prefix.join("bin")).expect("mkdir");
+        std::fs::create_dir_all(prefix.join("sbin")).expect("mkdir");
+        let scontrol = prefix.join("bin/scontrol");
+        std::fs::write(&scontrol, "#!/bin/sh\n").expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let slurmd = prefix.join("sbin/slurmd");
+        assert_eq!(clients_beside(&slurmd), Some(prefix.join("bin")));
+        let replaced = PathBuf::from(format!(
+            "{} (deleted)",
+            prefix.join("sbin/slurmstepd").display()
+        ));
+        assert_eq!(clients_beside(&replaced), Some(prefix.join("bin")));
+        // Not a Slurm daemon, or no clients beside it: no answer.
+        assert_eq!(clients_beside(&prefix.join("sbin/sshd")), None);
+        assert_eq!(clients_beside(Path::new("/nonexistent/sbin/slurmd")), None);
     }
 }

@@ -17,6 +17,11 @@ fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
     match Path::new(&argv0).file_name().and_then(|n| n.to_str()) {
         Some("sinfo") => {
+            if let Ok(why) = std::env::var("FAKE_SINFO_FAIL") {
+                // As another series' sinfo against this controller answers.
+                eprintln!("{why}");
+                std::process::exit(1);
+            }
             print!("{}", std::env::var("FAKE_SINFO").unwrap_or_default());
             return;
         }
@@ -543,6 +548,38 @@ fn run_matrix() -> usize {
             r.code,
             r.elapsed.as_millis()
         ),
+    );
+
+    // sinfo failing (another series' client, a controller that cannot be reached) with a
+    // drain-class fault: nothing can be drained, so the prolog fails closed and Slurm keeps
+    // the job off the node; it never exits 0 "having changed nothing".
+    let r = run(
+        "prolog",
+        &n.root,
+        &n.cfg,
+        &n.sim,
+        &[(
+            "FAKE_SINFO_FAIL",
+            "sinfo: error: Invalid Protocol Version 9984 from uid=0".into(),
+        )],
+    );
+    check(
+        "sinfo failing fails the prolog closed",
+        r.json["verdict"] == "drain" && r.code == 1,
+        format!("{} exit {}", r.json["verdict"], r.code),
+    );
+    let rows_other = "other|gpu*|idle|gpu:8|none\n".to_owned();
+    let r = run(
+        "prolog",
+        &n.root,
+        &n.cfg,
+        &n.sim,
+        &[("FAKE_SINFO", rows_other)],
+    );
+    check(
+        "node missing from sinfo fails the prolog closed",
+        r.json["verdict"] == "drain" && r.code == 1,
+        format!("{} exit {}", r.json["verdict"], r.code),
     );
 
     // A drain goes through scontrol with the suite's reason; an admin's reason is kept; the

@@ -67,6 +67,9 @@ pub struct ClusterBuilder {
     /// Lines appended at the end of slurm.conf, after the partition (node records
     /// without a slurmd and their partition).
     tail_lines: Vec<String>,
+    /// slurmd started with `--conf-server` (configless, as HyperPod and slurm-gcp run
+    /// compute nodes): see [`ClusterBuilder::configless`].
+    configless: bool,
 }
 
 /// The suite's health binaries as Slurm runs them: `Prolog=`, `Epilog=`,
@@ -114,7 +117,21 @@ impl ClusterBuilder {
             conf_lines: Vec::new(),
             health: None,
             tail_lines: Vec::new(),
+            configless: false,
         }
+    }
+
+    /// Configless compute nodes, as HyperPod and slurm-gcp run them: slurmctld has
+    /// `SlurmctldParameters=enable_configless`, and each slurmd starts with only
+    /// `--conf-server 127.0.0.1:PORT` and `--authinfo socket=...` (the test's own munged)
+    /// and no `-f`, so it fetches slurm.conf, plugstack.conf, gres.conf, cgroup.conf and
+    /// the topology files from slurmctld into `SlurmdSpoolDir/conf-cache` and the node's
+    /// slurmstepd, plugin, prolog and health program read them from there. slurm.conf then
+    /// names no `PlugStackConfig=`: plugstack.conf is the one beside slurm.conf, which is
+    /// what slurmctld serves.
+    pub fn configless(mut self) -> Self {
+        self.configless = true;
+        self
     }
 
     /// Append a line to slurm.conf (e.g. node records without a slurmd, and a partition
@@ -258,7 +275,10 @@ impl ClusterBuilder {
             Some(name) => SlurmSeries::named(name)?,
             None => SlurmSeries::from_env()?,
         };
-        let programs = prereq::check_in(series.prefix())?;
+        let programs = match &series.install {
+            Some(install) => prereq::check_install(install)?,
+            None => prereq::check_in(series.prefix())?,
+        };
         Cluster::start(self, programs, series)
     }
 
@@ -300,6 +320,8 @@ pub struct Cluster {
     daemons: Vec<Daemon>,
     /// The tmpfs job containers' base dir (as seen from here), removed after the daemons.
     container_base: Option<PathBuf>,
+    /// Configless nodes: slurmctld's port and the munge socket slurmd is started with.
+    configless: Option<(u16, PathBuf)>,
     _lock: ClusterLock,
 }
 
@@ -360,9 +382,18 @@ impl Cluster {
             },
             daemons: Vec::new(),
             container_base: None,
+            configless: None,
             _lock: lock,
         };
         cluster.version = cluster.slurmd_version()?;
+        let running = format!("{}.{:02}", cluster.version.0, cluster.version.1);
+        if cluster.series.explicit && running != cluster.series.name {
+            return Err(harness_err!(
+                "asked for Slurm {} but {} is Slurm {running}",
+                cluster.series.name,
+                cluster.programs.slurmd.display()
+            ));
+        }
         cluster.start_munge()?;
         cluster.make_fake_gpus()?;
         cluster.sysfs_root = match b.sysfs {
@@ -451,8 +482,10 @@ impl Cluster {
             host: &host,
             extra_lines: &b.conf_lines,
             extra: &extra,
+            configless: b.configless,
         }
         .render();
+        cluster.configless = b.configless.then_some((ctld_port, munge_socket.clone()));
         write(&cluster.conf, &slurm_conf)?;
         write(
             &cluster.path.join("gres.conf"),
@@ -674,7 +707,19 @@ impl Cluster {
                 }
                 None => "slurmd".to_owned(),
             };
-            slurmd.arg("-f").arg(&self.conf);
+            match &self.configless {
+                // Nothing of the controller's files: the address and munge socket only.
+                Some((port, socket)) => {
+                    slurmd
+                        .arg("--conf-server")
+                        .arg(format!("127.0.0.1:{port}"))
+                        .arg("--authinfo")
+                        .arg(format!("socket={}", socket.display()));
+                }
+                None => {
+                    slurmd.arg("-f").arg(&self.conf);
+                }
+            }
             let out = self.path.join(format!("log/{label}.out"));
             let slurmd = Daemon::spawn(&label, slurmd, &out)?;
             self.daemons.push(slurmd);
@@ -778,6 +823,14 @@ impl Cluster {
     /// The Slurm series this cluster runs (`22.05`, `24.11`, `26.05`).
     pub fn series(&self) -> &str {
         &self.series.name
+    }
+
+    /// A node's configless cache (`SlurmdSpoolDir/conf-cache`): where a configless
+    /// slurmd keeps what it fetched from slurmctld. `None` unless built `configless`.
+    pub fn conf_cache(&self, node: &str) -> Option<PathBuf> {
+        self.configless
+            .as_ref()
+            .map(|_| self.path.join("spool").join(node).join("conf-cache"))
     }
 
     /// The Debian root this series' daemons run from; `None` for the machine's own.
@@ -1047,7 +1100,9 @@ impl Cluster {
             .arg(program)
             .args(args)
             .env_clear()
-            .env("PATH", CLEAN_PATH)
+            // A user's login PATH (a source-built Slurm's bin first); the daemons keep
+            // CLEAN_PATH, as systemd starts them without /opt/slurm on PATH.
+            .env("PATH", self.series.path_env(CLEAN_PATH))
             .env("SLURM_CONF", &self.conf);
         for (k, v) in &opts.env {
             cmd.env(k, v);

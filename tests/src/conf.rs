@@ -116,6 +116,9 @@ pub struct SlurmConf<'a> {
     /// Whole lines appended at the end (`Prolog=...`, `HealthCheckProgram=...`, more
     /// nodes and partitions).
     pub extra: &'a [String],
+    /// slurmctld serves the config (`enable_configless`); no `PlugStackConfig=`, so the
+    /// plugstack.conf beside slurm.conf is served with it.
+    pub configless: bool,
 }
 
 impl SlurmConf<'_> {
@@ -175,7 +178,11 @@ impl SlurmConf<'_> {
         // Short so a failed test's leftovers do not keep the node busy for long.
         line("KillWait=2".into());
         line("MinJobAge=2".into());
-        line(format!("PlugStackConfig={}", self.plugstack.display()));
+        if self.configless {
+            line("SlurmctldParameters=enable_configless".into());
+        } else {
+            line(format!("PlugStackConfig={}", self.plugstack.display()));
+        }
         let mut slurmd_params = Vec::new();
         if matches!(self.shape, NodeShape::Emulated { .. }) {
             slurmd_params.push("config_overrides");
@@ -392,6 +399,7 @@ mod tests {
             gres_types: true,
             slurmd_debug: "info",
             contain_spank: None,
+            configless: false,
             nodes: &[],
             node_ports: &[],
             host: "h",

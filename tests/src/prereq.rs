@@ -112,6 +112,33 @@ pub fn check_in(prefix: &Path) -> Result<Programs> {
     check_with(lookup, nix::unistd::geteuid().is_root())
 }
 
+/// [`check`] for a Slurm installed under `install` (`/opt/slurm`): Slurm's daemons and
+/// clients only from its `sbin/` and `bin/` (never a distro Slurm elsewhere on the
+/// machine), munge and the rest from the host.
+pub fn check_install(install: &Path) -> Result<Programs> {
+    const SLURM: &[&str] = &[
+        "slurmctld",
+        "slurmd",
+        "srun",
+        "sbatch",
+        "sinfo",
+        "squeue",
+        "scontrol",
+        "scancel",
+    ];
+    let lookup = |name: &str| {
+        if SLURM.contains(&name) {
+            ["sbin", "bin"]
+                .iter()
+                .map(|dir| install.join(dir).join(name))
+                .find(|p| is_executable(p))
+        } else {
+            find_program(name)
+        }
+    };
+    check_with(lookup, nix::unistd::geteuid().is_root())
+}
+
 /// `name` on `$PATH` or in the usual system directories.
 pub fn find_program(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -7,6 +7,13 @@
 //! [`crate::ClusterBuilder::slurm_series`]) selects one; the cluster then loads the
 //! plugin built for it by `scripts/build-plugins` (`target/plugins/.../slurm-X.Y`).
 //!
+//! 25.11 has no Debian package: it is SchedMD's source built by
+//! `scripts/slurm-from-source` and installed on this machine as ParallelCluster and
+//! HyperPod install it, `--prefix=/opt/slurm` with `etc/` inside
+//! ([`SlurmSeries::install`]; `GPU_AFFINITY_SLURM_PREFIX` names another prefix, e.g. a
+//! cluster's own build). Its daemons and clients run on the host from that prefix, beside
+//! Debian's 22.05 in /usr, as on an image that carries both.
+//!
 //! Every daemon and client of a rooted series is started by [`Root::confine`]: between
 //! fork and exec the child enters a private mount namespace, mounts /proc and binds
 //! /sys, /dev and /tmp (where cluster dirs and fixtures live, at the same paths) into
@@ -29,8 +36,15 @@ use crate::plugin::workspace_root;
 /// `26.05`); unset means this machine's own Slurm.
 pub const SERIES_ENV: &str = "GPU_AFFINITY_SLURM_SERIES";
 
-/// The series with daemons on this machine: the host's own, and Debian roots.
-pub const RUNNABLE: &[&str] = &["22.05", "24.11", "26.05"];
+/// Names the prefix of a source-built series (default [`DEFAULT_PREFIX`]).
+pub const PREFIX_ENV: &str = "GPU_AFFINITY_SLURM_PREFIX";
+
+/// Where ParallelCluster and HyperPod install Slurm, and `scripts/slurm-from-source` too.
+pub const DEFAULT_PREFIX: &str = "/opt/slurm";
+
+/// The series with daemons on this machine: the host's own, Debian roots, and SchedMD's
+/// source built under /opt/slurm.
+pub const RUNNABLE: &[&str] = &["22.05", "24.11", "25.11", "26.05"];
 
 /// A Slurm series the harness can start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +53,9 @@ pub struct SlurmSeries {
     pub name: String,
     /// The Debian root holding its daemons; `None` for this machine's own Slurm.
     pub root: Option<Root>,
+    /// The prefix of a source-built Slurm on this machine (`/opt/slurm`): its daemons
+    /// and clients come from `sbin/` and `bin/` there, everything else from the host.
+    pub install: Option<PathBuf>,
     /// Chosen explicitly (env or builder): the plugin then comes from
     /// `scripts/build-plugins` for that series, never from the host's headers.
     pub explicit: bool,
@@ -50,6 +67,7 @@ impl SlurmSeries {
         Self {
             name: "22.05".to_owned(),
             root: None,
+            install: None,
             explicit: false,
         }
     }
@@ -68,9 +86,10 @@ impl SlurmSeries {
             "22.05" => None,
             "24.11" => Some("trixie"),
             "26.05" => Some("sid"),
-            "25.05" | "25.11" => {
+            "25.11" => return Self::source_built(name),
+            "25.05" => {
                 return Err(harness_err!(
-                    "Slurm {name} has no Debian daemons to test against (build-only series; \
+                    "Slurm {name} has no daemons to test against (build-only series; \
                      scripts/build-plugins builds it); runnable: {}",
                     RUNNABLE.join(", ")
                 ));
@@ -98,8 +117,40 @@ impl SlurmSeries {
         Ok(Self {
             name: name.to_owned(),
             root,
+            install: None,
             explicit: true,
         })
+    }
+
+    /// A series built from SchedMD's source and installed under a prefix on this machine
+    /// (`$GPU_AFFINITY_SLURM_PREFIX`, else `/opt/slurm`). The cluster checks that its
+    /// slurmd really is `name` before anything runs.
+    fn source_built(name: &str) -> Result<Self> {
+        let prefix = std::env::var_os(PREFIX_ENV)
+            .filter(|p| !p.is_empty())
+            .map_or_else(|| PathBuf::from(DEFAULT_PREFIX), PathBuf::from);
+        if !prefix.join("sbin/slurmd").is_file() {
+            return Err(harness_err!(
+                "no Slurm {name} at {} (build and install it with: scripts/slurm-from-source; \
+                 {PREFIX_ENV} names another prefix)",
+                prefix.display()
+            ));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            root: None,
+            install: Some(prefix),
+            explicit: true,
+        })
+    }
+
+    /// PATH for the series' daemons and clients: a source-built series' own `bin` and
+    /// `sbin` first, so that `srun` is its srun and not /usr/bin's.
+    pub fn path_env(&self, base: &str) -> String {
+        match &self.install {
+            Some(p) => format!("{0}/bin:{0}/sbin:{base}", p.display()),
+            None => base.to_owned(),
+        }
     }
 
     /// A Command for `program` (a path inside the root for a rooted series).

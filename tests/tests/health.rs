@@ -73,6 +73,16 @@ impl Node {
     }
 }
 
+impl Node {
+    /// No `[slurm] conf`: the programs find slurm.conf as slurmd tells them (its
+    /// `SLURM_CONF`, the conf-cache on a configless node).
+    fn without_slurm_conf(&self) {
+        let text = std::fs::read_to_string(&self.config).expect("config");
+        let text = text.replace("conf = \"@SLURM_CONF@\"\n", "");
+        std::fs::write(&self.config, text).expect("config");
+    }
+}
+
 /// The cluster's first node's `sinfo %E` (the reason as set, without scontrol's
 /// `[user@time]` tail) and `%T` state.
 fn reason_state(c: &Cluster) -> (String, String) {
@@ -672,4 +682,55 @@ fn epilog_drains_on_a_fault_during_the_job_and_removes_the_job_mapping() {
         Vec::<String>::new(),
         "mapping removed"
     );
+}
+
+/// A configless node (`slurmd --conf-server`, as HyperPod and slurm-gcp run them): the
+/// prolog gets no `[slurm] conf`, finds slurm.conf and gres.conf in the conf-cache
+/// through the `SLURM_CONF` slurmd gives it, and takes the Slurm clients of the running
+/// slurmd's install (on a 25.11 cluster under /opt/slurm with Debian's 22.05 clients in
+/// /usr/bin too, those in /opt/slurm/bin): an XID drains with the suite's reason.
+#[test]
+fn a_configless_nodes_prolog_drains_with_the_suites_reason() {
+    let n = node(2);
+    n.without_slurm_conf();
+    let Some(c) = ClusterBuilder::new()
+        .configless()
+        .health_programs(prolog_only(&n))
+        .start_or_skip("a_configless_nodes_prolog_drains_with_the_suites_reason")
+        .expect("cluster")
+    else {
+        return;
+    };
+    let cache = c.conf_cache(c.node()).expect("conf-cache");
+    assert!(cache.join("slurm.conf").is_file(), "{}", c.log_tails());
+    let ok = c
+        .client(&["srun", "-n1", "hostname"], &ClientOptions::bounded(30))
+        .expect("srun");
+    assert!(ok.success(), "healthy prolog: {ok}");
+    let env =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.env")).unwrap_or_default();
+    eprintln!("MEASURED configless prolog environment:\n{env}");
+    assert!(
+        env.contains(&format!(
+            "SLURM_CONF={}",
+            cache.join("slurm.conf").display()
+        )),
+        "slurmd names its conf-cache: {env}"
+    );
+    let reason = inject_xid79(&n);
+    let bad = c
+        .client(
+            &["srun", "-n1", "--gres=gpu:1", "echo", "RAN-ON-BAD-NODE"],
+            &ClientOptions::bounded(30),
+        )
+        .expect("srun");
+    assert!(
+        !bad.success() && !bad.stdout.contains("RAN-ON-BAD-NODE"),
+        "{bad}"
+    );
+    let (state, got) = wait_reason(&c, |_, r| !r.is_empty(), Duration::from_secs(10));
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default();
+    assert_eq!(got, reason, "{state}; prolog said:\n{out}");
+    assert!(state.starts_with("drain"), "{state}");
 }

@@ -49,7 +49,100 @@ fn run(root: Option<&Root>, bin: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn installed_plugstack_runs_steps(series: &str) {
+/// How the Slurm under test is laid out for install.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// The series' own prefix (the real /opt/slurm of a source build; a copy of a
+    /// Debian `/usr` layout otherwise).
+    Real,
+    /// `/opt/slurm` a symlink to `/opt/slurm-SERIES` (HyperPod).
+    HyperPod,
+}
+
+/// The files under some dirs (names, link targets, contents), to check that uninstall
+/// left a real Slurm tree as install found it; restored on drop whatever the test did.
+struct Snapshot(Vec<(PathBuf, Vec<Entry>)>);
+
+/// One path under a snapshot's dir: its symlink target, or its bytes (a file).
+type Entry = (PathBuf, Option<PathBuf>, Vec<u8>);
+
+impl Snapshot {
+    fn take(dirs: &[PathBuf]) -> Snapshot {
+        Snapshot(dirs.iter().map(|d| (d.clone(), Self::list(d))).collect())
+    }
+
+    fn list(dir: &Path) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_owned()];
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                let link = fs::read_link(&p).ok();
+                if link.is_none() && p.is_dir() {
+                    stack.push(p.clone());
+                }
+                let bytes = if link.is_none() && p.is_file() {
+                    fs::read(&p).unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                out.push((p, link, bytes));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// What differs now, one line per path.
+    fn changes(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for (dir, before) in &self.0 {
+            let now = Self::list(dir);
+            for entry in &now {
+                if !before.contains(entry) {
+                    v.push(format!("changed or added: {}", entry.0.display()));
+                }
+            }
+            for entry in before {
+                if !now.iter().any(|n| n.0 == entry.0) {
+                    v.push(format!("removed: {}", entry.0.display()));
+                }
+            }
+        }
+        v
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        // Put back what was there (a failed test must not leave the plugin installed
+        // into the shared tree): remove what was added, rewrite what changed.
+        for (dir, before) in &self.0 {
+            for (path, _, _) in Self::list(dir) {
+                if !before.iter().any(|b| b.0 == path) {
+                    let _ = fs::remove_file(&path).or_else(|_| fs::remove_dir_all(&path));
+                }
+            }
+            for (path, link, bytes) in before {
+                match link {
+                    Some(target) => {
+                        let _ = fs::remove_file(path);
+                        let _ = symlink(target, path);
+                    }
+                    None if !path.is_dir() => {
+                        let _ = fs::write(path, bytes);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+}
+
+fn installed_plugstack_runs_steps(series: &str, layout: Layout) {
     let test = format!("installed_{}", series.replace('.', "_"));
     // scripts/test runs this file once per series: each test runs in its own series' pass
     // (the host's when GPU_AFFINITY_SLURM_SERIES is unset).
@@ -72,24 +165,57 @@ fn installed_plugstack_runs_steps(series: &str) {
         .tempdir_in("/tmp")
         .expect("tempdir under /tmp (the series roots see /tmp)");
     let plugins = tmp.path().join("plugins");
-    for s in ["22.05", "24.11", "26.05"] {
+    for s in ["22.05", "24.11", "25.11", "26.05"] {
         let built = plugin_for_series(Variant::Debug, s).expect("build-plugins");
         let dir = plugins.join(format!("slurm-{s}"));
         fs::create_dir_all(&dir).expect("mkdir");
         fs::copy(built, dir.join("gpu_affinity.so")).expect("copy the build");
     }
-    // A Debian `/usr` prefix: its plugin dir, Debian's plugstack.conf, and that Slurm's
-    // headers (this machine has libslurm-dev) or its slurmd (the roots have no headers:
-    // install runs `slurmd -V` there, inside the root).
-    let root = SlurmSeries::named(series).expect("series").root;
-    let prefix = tmp.path().join("usr");
-    fs::create_dir_all(prefix.join("lib/x86_64-linux-gnu/slurm-wlm")).expect("mkdir");
-    if root.is_some() {
-        symlink("/usr/sbin", prefix.join("sbin")).expect("link sbin");
-    } else {
-        symlink("/usr/include", prefix.join("include")).expect("link headers");
-    }
-    let etc = tmp.path().join("etc/slurm");
+    let chosen = SlurmSeries::named(series).expect("series");
+    let root = chosen.root.clone();
+    let (prefix, plugin_dir, etc, restore) = match (&chosen.install, layout) {
+        // The source build's own tree, as ParallelCluster has it: install writes into
+        // /opt/slurm/lib/slurm and /opt/slurm/etc, and uninstall must leave both as found.
+        (Some(install), Layout::Real) => {
+            let etc = install.join("etc");
+            let restore = Snapshot::take(&[etc.clone(), install.join("lib/slurm")]);
+            (
+                install.clone(),
+                install.join("lib/slurm"),
+                etc,
+                Some(restore),
+            )
+        }
+        // HyperPod's: /opt/slurm a symlink to /opt/slurm-25.11 (here under the temp
+        // dir, its headers and daemons those of the real tree), which install follows.
+        (Some(install), Layout::HyperPod) => {
+            let real = tmp.path().join(format!("opt/slurm-{series}"));
+            fs::create_dir_all(real.join("lib/slurm")).expect("mkdir");
+            fs::create_dir_all(real.join("etc")).expect("mkdir");
+            for d in ["include", "sbin", "bin"] {
+                symlink(install.join(d), real.join(d)).expect("link");
+            }
+            let link = tmp.path().join("opt/slurm");
+            symlink(format!("slurm-{series}"), &link).expect("link /opt/slurm");
+            (link, real.join("lib/slurm"), real.join("etc"), None)
+        }
+        // A Debian `/usr` prefix: its plugin dir, and that Slurm's headers (this machine
+        // has libslurm-dev) or its slurmd (the roots have no headers: install runs
+        // `slurmd -V` there, inside the root).
+        (None, _) => {
+            let prefix = tmp.path().join("usr");
+            let plugin_dir = prefix.join("lib/x86_64-linux-gnu/slurm-wlm");
+            fs::create_dir_all(&plugin_dir).expect("mkdir");
+            if root.is_some() {
+                symlink("/usr/sbin", prefix.join("sbin")).expect("link sbin");
+            } else {
+                symlink("/usr/include", prefix.join("include")).expect("link headers");
+            }
+            (prefix, plugin_dir, tmp.path().join("etc/slurm"), None)
+        }
+    };
+    // The plugstack.conf the clusters ship: an include of plugstack.conf.d, which
+    // install fills (ParallelCluster's /opt/slurm/etc has the same line).
     fs::create_dir_all(etc.join("plugstack.conf.d")).expect("mkdir");
     let plugstack = etc.join("plugstack.conf");
     fs::write(
@@ -109,8 +235,7 @@ fn installed_plugstack_runs_steps(series: &str) {
     ];
     let said = run(root.as_ref(), &bin, &[&["install"], &args[..]].concat());
     assert!(said.contains(&format!("Slurm {series} at")), "{said}");
-    let link = fs::read_link(prefix.join("lib/x86_64-linux-gnu/slurm-wlm/gpu_affinity.so"))
-        .expect("plugin link");
+    let link = fs::read_link(plugin_dir.join("gpu_affinity.so")).expect("plugin link");
     assert!(
         link.ends_with(format!("slurm-{series}/gpu_affinity.so")),
         "{series} chose {}",
@@ -136,6 +261,15 @@ fn installed_plugstack_runs_steps(series: &str) {
 
     let undo = run(root.as_ref(), &bin, &[&["uninstall"], &args[..]].concat());
     assert!(undo.contains("remove"), "{undo}");
+    // On a real tree: everything but the plugstack.conf this test wrote is as before.
+    if let Some(snapshot) = &restore {
+        let changes: Vec<String> = snapshot
+            .changes()
+            .into_iter()
+            .filter(|c| !c.ends_with("/plugstack.conf") && !c.ends_with("/plugstack.conf.d"))
+            .collect();
+        assert!(changes.is_empty(), "uninstall left {changes:?}: {undo}");
+    }
     assert!(
         fs::read_dir(etc.join("plugstack.conf.d"))
             .expect("dir")
@@ -155,15 +289,25 @@ fn installed_plugstack_runs_steps(series: &str) {
 
 #[test]
 fn installed_on_the_hosts_22_05() {
-    installed_plugstack_runs_steps("22.05");
+    installed_plugstack_runs_steps("22.05", Layout::Real);
 }
 
 #[test]
 fn installed_in_the_trixie_root_24_11() {
-    installed_plugstack_runs_steps("24.11");
+    installed_plugstack_runs_steps("24.11", Layout::Real);
+}
+
+#[test]
+fn installed_into_the_real_opt_slurm_25_11() {
+    installed_plugstack_runs_steps("25.11", Layout::Real);
+}
+
+#[test]
+fn installed_through_hyperpods_opt_slurm_symlink_25_11() {
+    installed_plugstack_runs_steps("25.11", Layout::HyperPod);
 }
 
 #[test]
 fn installed_in_the_sid_root_26_05() {
-    installed_plugstack_runs_steps("26.05");
+    installed_plugstack_runs_steps("26.05", Layout::Real);
 }

@@ -60,6 +60,15 @@ fn the_build_claims_the_series_it_runs_in() {
         "{} does not say it was built for Slurm {major}.{minor:02}",
         plugin.display()
     );
+    // Built from that series' own headers (25.11: SchedMD's source, configured here),
+    // never another's under the fingerprint check: every series with daemons has them.
+    assert!(
+        text.contains(&format!(
+            "Slurm {major}.{minor:02} (headers {major}.{minor:02}."
+        )),
+        "{} was not built from Slurm {major}.{minor:02}'s own headers",
+        plugin.display()
+    );
     // 25.05+ headers declare the init failure mode; the plugin exports it there only.
     let exported = text.contains("slurm_spank_init_failure_mode");
     assert_eq!(
@@ -67,6 +76,35 @@ fn the_build_claims_the_series_it_runs_in() {
         cluster.slurm_at_least(25, 5),
         "slurm_spank_init_failure_mode exported: {exported} on Slurm {major}.{minor:02}"
     );
+}
+
+/// What the running slurmstepd itself says it loaded: Slurm's plugin loader logs each
+/// plugin's `plugin_version` at debug3 (src/common/plugin.c, `_verify_syms`), and that
+/// must be the running series'.
+#[test]
+fn slurmd_loads_the_plugin_as_its_own_series() {
+    let m = machine(ND_H100_V5);
+    let Some(cluster) = start(
+        "slurmd_loads_the_plugin_as_its_own_series",
+        &m,
+        ClusterBuilder::new().slurmd_debug("debug3"),
+    ) else {
+        return;
+    };
+    let out = probe_whole_node(&cluster, Some("off"), 1, &ClientOptions::default());
+    assert!(out.success(), "{out}");
+    let (major, minor, _) = cluster.slurm_version();
+    let log = cluster.log("slurmd.log");
+    let loaded: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("found Slurm plugin name:gpu_affinity"))
+        .collect();
+    let want = format!("version:0x{major:x}{minor:02x}");
+    assert!(
+        !loaded.is_empty() && loaded.iter().all(|l| l.contains(&want)),
+        "Slurm {major}.{minor:02}'s loader must log {want} for gpu_affinity: {loaded:?}"
+    );
+    eprintln!("MEASURED slurmstepd: {}", loaded[0].trim());
 }
 
 #[test]
