@@ -194,8 +194,11 @@ fn hostlists_agree_with_scontrol() {
                 assert_eq!(form, Form::NumberLast, "Slurm refused {list:?}, core read {a:?}");
                 slurm_refused += 1;
             }
-            (Err(e), _) => {
+            (Err(e), theirs) => {
                 assert!(!e.to_string().contains('\n'), "{e}");
+                if std::env::var_os("HOSTLIST_DIFF_VERBOSE").is_some() {
+                    eprintln!("core refused {list:?} ({e}); Slurm: {theirs:?}");
+                }
                 we_refused += 1;
             }
         }
