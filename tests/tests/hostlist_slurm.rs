@@ -116,7 +116,7 @@ fn hostlist_case(next: &mut impl FnMut(u64) -> u64) -> String {
                 let w = next(4) as usize;
                 let lo = next(12);
                 let hi = lo + next(4);
-                match next(40) {
+                match next(100) {
                     0 => out.push_str(&format!(" {lo}")),
                     1 => out.push_str(&format!("{lo}-")),
                     _ if next(2) == 0 => out.push_str(&format!("{lo:0w$}")),
@@ -179,7 +179,7 @@ fn hostlists_agree_with_scontrol() {
     let form = slurm.form();
     let mut next = generator(0x51_7cc1_b727_220a);
     let (mut same, mut we_refused, mut slurm_refused) = (0u32, 0u32, 0u32);
-    for _ in 0..3000 {
+    for _ in 0..4000 {
         let list = hostlist_case(&mut next);
         let ours = hostlist::expand(&list);
         let theirs = slurm.hostnames(&list);
@@ -191,14 +191,25 @@ fn hostlists_agree_with_scontrol() {
             (Ok(a), None) => {
                 // Slurm refuses only what it cannot read; before 23.11 that includes
                 // text after a bracket, which core reads as 23.11 does.
-                assert_eq!(form, Form::NumberLast, "Slurm refused {list:?}, core read {a:?}");
+                assert_eq!(
+                    form,
+                    Form::NumberLast,
+                    "Slurm refused {list:?}, core read {a:?}"
+                );
                 slurm_refused += 1;
             }
             (Err(e), theirs) => {
                 assert!(!e.to_string().contains('\n'), "{e}");
-                if std::env::var_os("HOSTLIST_DIFF_VERBOSE").is_some() {
-                    eprintln!("core refused {list:?} ({e}); Slurm: {theirs:?}");
-                }
+                // Core refuses only what Slurm misreads: a blank in brackets (padding
+                // to Slurm) and an open range `n[1-]` (Slurm: n1); where Slurm refuses
+                // too, anything.
+                let misread = matches!(e, hostlist::HostlistError::BlankInBrackets(_))
+                    || list.contains("-]")
+                    || list.contains("-,");
+                assert!(
+                    theirs.is_none() || misread,
+                    "core refused {list:?} ({e}); Slurm read {theirs:?}"
+                );
                 we_refused += 1;
             }
         }
@@ -233,5 +244,5 @@ fn hostlists_agree_with_scontrol() {
          hostlist` writes them",
         slurm.series.name
     );
-    assert!(same > 1500, "too few cases compared: {same}");
+    assert!(same > 2500, "too few cases compared: {same}");
 }

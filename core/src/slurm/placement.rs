@@ -260,8 +260,12 @@ impl Doc<'_> {
         v: &'v serde_json::Value,
         field: &str,
     ) -> Result<&'v serde_json::Map<String, serde_json::Value>, PlacementError> {
-        v.as_object()
-            .ok_or_else(|| self.err(if field.is_empty() { "the file" } else { field }, "an object"))
+        v.as_object().ok_or_else(|| {
+            self.err(
+                if field.is_empty() { "the file" } else { field },
+                "an object",
+            )
+        })
     }
 
     /// An optional string: absent or null is None.
@@ -397,7 +401,8 @@ fn instance_paths(
                         .ok_or_else(|| doc.err(id, "a physicalHost string"))?;
                     // GCP documents `/blockId/subBlockId/hostId`; the leading `/` is
                     // optional here, as tools print it either way.
-                    let parts: Vec<&str> = host.strip_prefix('/').unwrap_or(host).split('/').collect();
+                    let parts: Vec<&str> =
+                        host.strip_prefix('/').unwrap_or(host).split('/').collect();
                     let p = match parts[..] {
                         [block, sub_block, host_id]
                             if [block, sub_block, host_id].iter().all(|c| !c.is_empty()) =>
@@ -588,7 +593,10 @@ pub fn blocks_of(
     super::topology::validate(&t)?;
     if let (true, Kind::Block(b)) = (isolated, &t.kind)
         && let Some(&base) = b.sizes.first()
-        && let Some(s) = b.sizes.iter().find(|&&s| placed as u64 % u64::from(s / base.max(1)) != 0)
+        && let Some(s) = b
+            .sizes
+            .iter()
+            .find(|&&s| placed as u64 % u64::from(s / base.max(1)) != 0)
     {
         return Err(super::topology::TopologyError::Invalid {
             topology: name.into(),
@@ -752,7 +760,7 @@ mod tests {
         assert_eq!(notes, "# b1 = nn-c1\n# b2 = nn-c2\n# b3 = nn-c3\n");
         assert_eq!(
             write_conf(&b, "").expect("writes"),
-            "BlockName=b1 Nodes=gpu[1-2]\nBlockName=b2 Nodes=gpu3\nBlockName=b3 Nodes=gpu4\n"
+            "BlockName=b1 Nodes=gpu[1-2]\nBlockName=b2 Nodes=gpu3\nBlockName=b3 Nodes=gpu4\nBlockSizes=1,2,4\n"
         );
         let (t, _) = tree(&places, "tree");
         validate(&t).expect("valid tree");
@@ -771,6 +779,188 @@ mod tests {
         let (b, _) = blocks(&places, "b");
         let Kind::Block(bl) = b.kind else { panic!() };
         assert_eq!(bl.blocks.len(), 2);
+    }
+
+    /// The base block is the smallest (24.05/24.11 exit on a block below the first
+    /// one's count when BlockSizes= is absent), and blocks follow the network, not the
+    /// NODEMAP: leaves under one spine are consecutive, so Slurm's 2-block aggregates
+    /// pair leaves of one spine.
+    #[test]
+    fn blocks_follow_the_network_and_start_at_the_smallest() {
+        let mut inst = Vec::new();
+        let mut map = String::new();
+        // 8 leaves of 4 nodes under 4 spines (2 leaves each), one leaf of 3; node
+        // names unrelated to placement: node k sits on leaf (k * 5) % 8.
+        for k in 0..32 {
+            let leaf = (k * 5) % 8;
+            inst.push(format!(
+                r#"{{"InstanceId":"i-{k}","NetworkNodes":["top","spine{}","leaf{leaf}"]}}"#,
+                leaf / 2
+            ));
+            map.push_str(&format!("n{k} i-{k}\n"));
+        }
+        for k in 32..35 {
+            inst.push(format!(
+                r#"{{"InstanceId":"i-{k}","NetworkNodes":["top","spine0","leafz"]}}"#
+            ));
+            map.push_str(&format!("n{k} i-{k}\n"));
+        }
+        // The small leaf listed first in the NODEMAP.
+        let map = format!("n32 i-32\n{}", map.replace("n32 i-32\n", ""));
+        let text = format!(r#"{{"Instances":[{}]}}"#, inst.join(","));
+        let places = place(Source::Aws, &f(&text), &map).expect("valid");
+        let (t, notes) = blocks(&places, "block");
+        let Kind::Block(b) = &t.kind else {
+            panic!("blocks")
+        };
+        assert_eq!(b.sizes, vec![3, 6, 12, 24, 48]);
+        let leaves: Vec<&str> = notes
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            leaves,
+            [
+                "leaf0", "leaf1", "leafz", "leaf2", "leaf3", "leaf4", "leaf5", "leaf6", "leaf7"
+            ]
+        );
+        validate(&t).expect("valid");
+    }
+
+    /// An UltraServer's CapacityBlockId is one block across leaf network nodes; the
+    /// instances of its leaf without one are a block of their own.
+    #[test]
+    fn aws_capacity_block_spans_leaves_and_stays_apart() {
+        let text = r#"{"Instances":[
+          {"InstanceId":"i-1","NetworkNodes":["a","b","l1"],"CapacityBlockId":"cr-1"},
+          {"InstanceId":"i-2","NetworkNodes":["a","b","l2"],"CapacityBlockId":"cr-1"},
+          {"InstanceId":"i-3","NetworkNodes":["a","b","l1"]},
+          {"InstanceId":"i-4","NetworkNodes":["a","b","l1"],"CapacityBlockId":null}]}"#;
+        let places =
+            place(Source::Aws, &f(text), "n1 i-1\nn2 i-2\nn3 i-3\nn4 i-4\n").expect("valid");
+        let (b, notes) = blocks(&places, "b");
+        assert_eq!(
+            write_conf(&b, "").expect("writes"),
+            "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\nBlockSizes=2,4\n"
+        );
+        assert_eq!(notes, "# b1 = CapacityBlockId cr-1\n# b2 = l1\n");
+    }
+
+    #[test]
+    fn unplaced_nodes_are_refused_or_isolated() {
+        let map = "gpu1 i-1\ngpu2 i-2\ngpu3 i-3\ngpu4 i-4\nlogin1 i-9\ncpu1 i-404\n";
+        let e = place(Source::Aws, &f(AWS), map).expect_err("refused");
+        assert!(e.to_string().contains("node login1"), "{e}");
+        let p = place_with(Source::Aws, &f(AWS), map, Unplaced::Isolate).expect("isolated");
+        assert_eq!(p.placed.len(), 4);
+        let names: Vec<&str> = p.unplaced.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["login1", "cpu1"]);
+        // Blocks: nn-c1 (2 nodes), nn-c2, nn-c3, then unplaced; 3 placed blocks, so no
+        // aggregate (it would reach the unplaced block).
+        let (b, _) = blocks_of(&p, "b", None).expect("valid");
+        assert_eq!(
+            write_conf(&b, "").expect("writes"),
+            "BlockName=b1 Nodes=gpu[1-2]\nBlockName=b2 Nodes=gpu3\nBlockName=b3 Nodes=gpu4\nBlockName=unplaced Nodes=cpu1,login1\nBlockSizes=1\n"
+        );
+        let e = blocks_of(&p, "b", Some(&[1, 2])).expect_err("joins unplaced");
+        assert!(e.to_string().contains("join the unplaced block"), "{e}");
+        let e = blocks_of(&p, "b", Some(&[2])).expect_err("below the base");
+        assert!(
+            e.to_string()
+                .contains("fewer than the smallest block size 2"),
+            "{e}"
+        );
+        let (t, _) = tree_of(&p, "t");
+        let text = write_conf(&t, "").expect("writes");
+        assert!(
+            text.ends_with("SwitchName=unplaced Nodes=cpu1,login1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("Switches=unplaced"), "{text}");
+        let e = place_with(Source::Aws, &f(AWS), "x i-9\n", Unplaced::Isolate).expect_err("none");
+        assert_eq!(e, PlacementError::NoPlacement);
+    }
+
+    /// GCP: `blockId/subBlockId/hostId`, with or without the leading `/`.
+    #[test]
+    fn gcp_physical_host_in_gcps_terms() {
+        let gcp = r#"{"a":"/b1/s1/h1","b":"b1/s1/h2","c":"b1/s2/h3","d":"/b1/s2","e":"b1//h"}"#;
+        let p = place(Source::Gcp, &f(gcp), "g1 a\ng2 b\ng3 c\n").expect("valid");
+        assert_eq!(p[0].path, p[1].path);
+        assert_eq!(p[2].path, ["b1", "s2"]);
+        for bad in ["g d\n", "g e\n"] {
+            let e = place(Source::Gcp, &f(gcp), bad).expect_err(bad).to_string();
+            assert!(e.contains("is not blockId/subBlockId/hostId"), "{e}");
+        }
+    }
+
+    /// OCI GB200: racks (customerGpuMemoryFabric) are the blocks, in local-block order,
+    /// so the 2-rack aggregate is the local block.
+    #[test]
+    fn oci_gb200_racks_are_blocks_inside_local_blocks() {
+        let mut m = serde_json::Map::new();
+        let mut map = String::new();
+        for k in 0..8 {
+            // Racks r0..r3, two per local block; NODEMAP interleaves them.
+            let rack = k % 4;
+            m.insert(
+                format!("o{k}"),
+                serde_json::json!({"customerHPCIslandId":"isl","customerNetworkBlock":"nb",
+                    "customerLocalBlock": format!("lb{}", rack % 2),
+                    "customerGpuMemoryFabric": format!("r{rack}")}),
+            );
+            map.push_str(&format!("n{k} o{k}\n"));
+        }
+        let text = serde_json::Value::Object(m).to_string();
+        let places = place(Source::Oci, &f(&text), &map).expect("valid");
+        let (b, notes) = blocks(&places, "b");
+        assert_eq!(notes, "# b1 = r0\n# b2 = r2\n# b3 = r1\n# b4 = r3\n");
+        let Kind::Block(bl) = b.kind else {
+            panic!("blocks")
+        };
+        assert_eq!(bl.sizes, vec![2, 4, 8]);
+    }
+
+    #[test]
+    fn malformed_json_names_the_file_and_the_field() {
+        let cases = [
+            (
+                Source::Aws,
+                r#"{"Instances":[{"InstanceId":"i-1","NetworkNodes":["a",3]}]}"#,
+                "in.json: Instances[0].NetworkNodes[1]: expected a string",
+            ),
+            (
+                Source::Aws,
+                r#"{"Instances":[{"NetworkNodes":[]}]}"#,
+                "in.json: Instances[0].InstanceId: expected a string",
+            ),
+            (
+                Source::Aws,
+                r#"{"Reservations":[]}"#,
+                "in.json: Instances: expected a list",
+            ),
+            (
+                Source::Aws,
+                r#"{"Instances":[{"InstanceId":"i-1","NetworkNodes":["a"],"CapacityBlockId":7}]}"#,
+                "Instances[0].CapacityBlockId: expected a string or null",
+            ),
+            (
+                Source::Oci,
+                r#"{"o":{"customerLocalBlock":5}}"#,
+                "in.json: o.customerLocalBlock: expected a string",
+            ),
+            (
+                Source::Gcp,
+                r#"{"g":{"x":1}}"#,
+                "in.json: g: expected a physicalHost string",
+            ),
+            (Source::Gcp, "[1", "in.json: not JSON"),
+        ];
+        for (src, text, want) in cases {
+            let e = place(src, &f(text), "n i-1\n").expect_err(want).to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]
@@ -814,7 +1004,7 @@ mod tests {
         let (b, _) = blocks(&p, "b");
         assert_eq!(
             write_conf(&b, "").expect("writes"),
-            "BlockName=b1 Nodes=g[1-2]\nBlockName=b2 Nodes=g3\n"
+            "BlockName=b1 Nodes=g[1-2]\nBlockName=b2 Nodes=g3\nBlockSizes=1,2\n"
         );
         let e = place(Source::Gcp, &f(gcp), "g1 bad\n")
             .expect_err("bad host")

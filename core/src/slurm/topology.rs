@@ -514,7 +514,10 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
             // `block_record_validate`: "children count lower than bblock_node_cnt");
             // 25.05 dropped the check. Kept for every series.
             if let Some(&base) = b.sizes.first()
-                && let Some(small) = b.blocks.iter().find(|x| (x.nodes.len() as u64) < u64::from(base))
+                && let Some(small) = b
+                    .blocks
+                    .iter()
+                    .find(|x| (x.nodes.len() as u64) < u64::from(base))
             {
                 return Err(invalid(
                     t,
@@ -652,8 +655,14 @@ mod tests {
                 "SwitchName=a Switches=b\nSwitchName=b Switches=a\n",
                 "cycle",
             ),
-            ("BlockName=b1 Nodes=n[1-4]\nBlockSizes=4,12\n", "power-of-two"),
-            ("BlockName=b1 Nodes=n[1-4]\nBlockName=b2 Nodes=n5\nBlockSizes=4\n", "block b2 has 1 nodes"),
+            (
+                "BlockName=b1 Nodes=n[1-4]\nBlockSizes=4,12\n",
+                "power-of-two",
+            ),
+            (
+                "BlockName=b1 Nodes=n[1-4]\nBlockName=b2 Nodes=n5\nBlockSizes=4\n",
+                "block b2 has 1 nodes",
+            ),
             ("SwitchName=s1 Nodes=n[0-4294967295]\n", "line 1"),
             ("SwitchName Nodes=n1\n", "line 1"),
         ];
