@@ -596,7 +596,7 @@ pub fn blocks_of(
         && let Some(s) = b
             .sizes
             .iter()
-            .find(|&&s| placed as u64 % u64::from(s / base.max(1)) != 0)
+            .find(|&&s| !(placed as u64).is_multiple_of(u64::from(s / base.max(1))))
     {
         return Err(super::topology::TopologyError::Invalid {
             topology: name.into(),
@@ -623,7 +623,7 @@ pub fn block_sizes(blocks: &[Block], placed: Option<usize>) -> Vec<u32> {
     let mut sizes = Vec::new();
     for level in 0..=4u32 {
         let count = 1usize << level;
-        if placed.is_some_and(|p| p % count != 0) {
+        if placed.is_some_and(|p| !p.is_multiple_of(count)) {
             break;
         }
         let Some(size) = base.checked_mul(1 << level) else {
