@@ -6,6 +6,7 @@ use std::io::Read;
 use clap::{Args as ClapArgs, Subcommand};
 use gpu_affinity::slurm::hostlist;
 
+use crate::conf::SeriesArgs;
 use crate::{CliError, emit};
 
 /// The most names one run may expand: a whole cloud cluster and then some, still a
@@ -30,6 +31,9 @@ enum Op {
         /// Sort and deduplicate first (the shortest hostlist for a set of names).
         #[arg(long)]
         sort: bool,
+        /// The series that reads the list back (22.05-23.02: nothing after a bracket).
+        #[command(flatten)]
+        series: SeriesArgs,
         /// Names; stdin when none.
         names: Vec<String>,
     },
@@ -64,12 +68,17 @@ pub fn run(args: &Args) -> Result<(), CliError> {
             }
             emit(&out)
         }
-        Op::Compress { sort, names } => {
+        Op::Compress {
+            sort,
+            series,
+            names,
+        } => {
             let names = words(names)?;
+            let (form, _) = series.hostlist_form()?;
             let text = if *sort {
-                hostlist::compress_sorted(&names)
+                hostlist::compress_sorted_for(&names, form)
             } else {
-                hostlist::compress(&names)
+                hostlist::compress_for(&names, form)
             }?;
             emit(&format!("{text}\n"))
         }

@@ -932,3 +932,85 @@ fn node_facts_from_nvml_cliques_make_nvlink_blocks() {
         "{err}"
     );
 }
+
+/// Every form this series loads (tree; block from 23.11; topology.yaml from 25.05), as
+/// `conf topology` writes it for the series (`--slurm-series`) with `--unplaced isolate`
+/// and a smaller block after a larger one: pa1,pb1 on nn-x, pa2 alone on nn-y, pb2
+/// without placement data. slurmctld must start with each (24.05/24.11 exit on a block
+/// below the base size) and show the units; a job inside the first block runs.
+#[test]
+fn generated_topologies_with_unplaced_nodes_load_on_this_series() {
+    let series = this_series();
+    let (major, minor) = series
+        .split_once('.')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .expect("MAJOR.MINOR");
+    let work = tempfile::tempdir().expect("tempdir");
+    let input = work.path().join("aws.json");
+    let map = work.path().join("nodemap");
+    std::fs::write(&input, AWS).expect("write input");
+    std::fs::write(&map, "pa2 i-0b\npa1 i-0a\npb1 i-0c\npb2 i-0404\n").expect("nodemap");
+    let mut forms = vec!["tree"];
+    if (major, minor) >= (23, 11) {
+        forms.push("block");
+    }
+    if (major, minor) >= (25, 5) {
+        forms.push("yaml");
+    }
+    for form in forms {
+        let text = admin(&[
+            "conf",
+            "topology",
+            "--from",
+            "aws",
+            &input.display().to_string(),
+            "--nodes",
+            &map.display().to_string(),
+            "--form",
+            form,
+            "--unplaced",
+            "isolate",
+            "--slurm-series",
+            &series,
+        ]);
+        let (file, key, first, plugin) = match form {
+            // Switches are named in NODEMAP order: pa2's leaf first.
+            "tree" => ("topology.conf", "SwitchName", "s3_2", "topology/tree"),
+            "block" => ("topology.conf", "BlockName", "b1", "topology/block"),
+            _ => ("topology.yaml", "BlockName", "b1", ""),
+        };
+        if form != "tree" {
+            assert!(
+                text.contains("BlockName=b1 Nodes=pa1,pb1") || text.contains("nodes: pa1,pb1"),
+                "{text}"
+            );
+            assert!(
+                text.contains("BlockSizes=1,2") || text.contains("- 1\n      - 2\n"),
+                "{text}"
+            );
+        }
+        let test = format!("generated_topologies_load_{form}");
+        let mut builder = ClusterBuilder::new().gpus(0).conf_file(file, &text);
+        if !plugin.is_empty() {
+            builder = builder.conf_line(&format!("TopologyPlugin={plugin}"));
+        }
+        let Some(cluster) = start(&test, builder) else {
+            return;
+        };
+        assert_eq!(
+            cluster.series(),
+            series,
+            "files made for the series that runs"
+        );
+        let shown = show_topology(&cluster);
+        assert_unit(&shown, key, first, &["pa1", "pb1"]);
+        assert_unit(&shown, key, "unplaced", &["pb2"]);
+        let out = cluster
+            .client(
+                &["srun", "-N2", "-w", "pa1,pb1", "hostname"],
+                &ClientOptions::bounded(30),
+            )
+            .expect("srun");
+        assert!(out.success(), "{form}: {out}");
+    }
+}

@@ -307,7 +307,19 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
 
     // Slurm text the machines above do not give: odd hostlists and range lists, and
     // cgroup.conf (gres_conf also runs constrain_devices).
-    for text in ["node[01-04],gpu7", "r[1-2]n[1-2]", "a[007-010]b", "n1"] {
+    for text in [
+        "node[01-04],gpu7",
+        "r[1-2]n[1-2]",
+        "a[007-010]b",
+        "n1",
+        // Slurm's shapes (issue 18): three brackets, empty pieces and blank separators,
+        // text after a bracket, a blank in brackets (refused), an open range.
+        "n[1-2]a[3-4]b[5-6]",
+        "a,,b ,c\td\ne,",
+        "gpu[1-2]-ib,gpu[3,5]x[1-2]-ib",
+        "n[1, 3]",
+        "n[1-]",
+    ] {
         c.add("hostlist", text.as_bytes())?;
     }
     c.add("gres_conf", b"ConstrainDevices=yes\nConstrainCores=no\n")?;

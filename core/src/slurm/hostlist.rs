@@ -29,108 +29,152 @@ pub enum HostlistError {
     TooLong,
     #[error("name {0:?} cannot be written in a hostlist (brackets, commas or blanks)")]
     BadName(String),
-    #[error("empty name")]
+    #[error("no names")]
     Empty,
+    #[error("blank inside brackets in {0:?} (Slurm reads it as zero padding)")]
+    BlankInBrackets(String),
 }
 
-/// Expand a hostlist into its names, in order, at most [`MAX_NAMES`] of them.
+/// The characters Slurm separates names with (`hostlist_create`'s delimiters, measured
+/// with 22.05's `scontrol show hostnames`): comma, space, tab, newline. A carriage
+/// return or vertical tab is part of a name there; here such a name is refused.
+fn is_separator(c: char) -> bool {
+    matches!(c, ',' | ' ' | '\t' | '\n')
+}
+
+/// Expand a hostlist into its names, in Slurm's order, at most [`MAX_NAMES`] of them.
 pub fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
     expand_bounded(text, MAX_NAMES)
 }
 
+/// One name pattern's brackets: the text before each bracket and its ranges.
+type Brackets<'a> = Vec<(&'a str, Vec<ranges::Range>)>;
+
 /// [`expand`] with the caller's bound on the number of names: topology files and the
 /// `hostlist` subcommand name whole clusters (100k nodes), gres.conf lines a few devices.
+///
+/// Slurm's reading (hostlist.c `_push_range_list`, checked against 22.05's scontrol):
+/// names are separated by [`is_separator`] outside brackets and empty pieces are skipped;
+/// the last bracket varies fastest, and the brackets before it are expanded with the
+/// last of them outermost, recursing leftwards, so `n[1-2]a[3-4]b[5-6]` gives n1a3b5
+/// n1a3b6 n2a3b5 n2a3b6 n1a4b5 ... Slurm reads a blank inside brackets as a digit of
+/// the zero padding (`n[1, 3]` is n1 n03): refused here, with nested or unbalanced
+/// brackets, `n[1-]` and numbers past 2^32, which Slurm reads as something else than
+/// written. A list of no names at all is [`HostlistError::Empty`].
 pub fn expand_bounded(text: &str, max_names: u64) -> Result<Vec<String>, HostlistError> {
-    let mut out = Vec::new();
-    // Bytes in `out`; with the partial names of the item being expanded (prefixes of
-    // its final names) checked against MAX_BYTES before each allocation.
+    let mut out: Vec<String> = Vec::new();
+    // Bytes in `out`, checked against MAX_BYTES as names are made.
     let mut out_bytes = 0usize;
-    for item in split_top(text.trim())? {
-        let item = item.trim();
+    for item in split_top(text)? {
         if item.is_empty() {
-            return Err(HostlistError::Empty);
+            continue;
         }
-        // Slurm separates names by blanks too (`hostlist_create`); refused rather than
-        // read as one name, so a name `compress` cannot write back never comes out.
         if outside_brackets(item).any(char::is_whitespace) {
             return Err(HostlistError::BadName(item.chars().take(80).collect()));
         }
-        let mut names = vec![String::new()];
+        let mut brackets: Brackets = Vec::new();
         let mut rest = item;
-        // The text after the last bracket, once the names carry it (see below).
-        let mut tail_done = false;
         while let Some(open) = rest.find('[') {
             let close = rest[open..].find(']').ok_or(HostlistError::Brackets)? + open;
-            let prefix = &rest[..open];
+            let inside = &rest[open + 1..close];
+            if inside.chars().any(char::is_whitespace) {
+                return Err(HostlistError::BlankInBrackets(
+                    item.chars().take(80).collect(),
+                ));
+            }
             let limits = Limits {
                 max_value: u32::MAX,
                 max_count: max_names,
             };
-            let parts = ranges::parse(&rest[open + 1..close], limits, false)?;
-            let after = &rest[close + 1..];
-            let values: u64 = parts.iter().map(ranges::Range::len).sum();
-            let count = (names.len() as u64).saturating_mul(values);
-            // The last bracket's names are written whole, tail included, so each name is
-            // one allocation of its final size, when the tails fit in MAX_BYTES; else
-            // (an error below either way) they come as before. The byte checks count
-            // without the tail in both cases, so the same error comes first.
-            let tail = if !after.contains('[')
-                && !after.contains(']')
-                && (after.len() as u64).saturating_mul(count)
-                    <= (MAX_BYTES - out_bytes.min(MAX_BYTES)) as u64
-            {
-                tail_done = true;
-                after
-            } else {
-                ""
-            };
-            // One past the bound: the name that is one too many is still pushed.
-            let room = max_names.saturating_sub(out.len() as u64).saturating_add(1);
-            let mut next = Vec::with_capacity(count.min(room) as usize);
-            let mut next_bytes = 0usize;
-            for name in &names {
-                for r in &parts {
-                    for v in r.lo..=r.hi {
-                        let digits = written_as(v, r.width);
-                        let mut n =
-                            String::with_capacity(name.len() + prefix.len() + digits + tail.len());
-                        n.push_str(name);
-                        n.push_str(prefix);
-                        push_padded(&mut n, v, digits);
-                        n.push_str(tail);
-                        next_bytes += n.len() - tail.len();
-                        next.push(n);
-                        if (next.len() + out.len()) as u64 > max_names {
-                            return Err(HostlistError::TooMany(max_names));
-                        }
-                        if out_bytes + next_bytes > MAX_BYTES {
-                            return Err(HostlistError::TooLong);
-                        }
-                    }
-                }
-            }
-            names = next;
-            rest = after;
+            brackets.push((&rest[..open], ranges::parse(inside, limits, false)?));
+            rest = &rest[close + 1..];
         }
         if rest.contains(']') {
             return Err(HostlistError::Brackets);
         }
-        let item_bytes = if tail_done {
-            names.iter().map(String::len).sum::<usize>()
-        } else {
-            names.iter().map(String::len).sum::<usize>() + names.len() * rest.len()
-        };
-        out_bytes += item_bytes;
-        if out_bytes > MAX_BYTES {
-            return Err(HostlistError::TooLong);
+        let count = brackets.iter().fold(1u64, |acc, (_, parts)| {
+            acc.saturating_mul(parts.iter().map(ranges::Range::len).sum())
+        });
+        if count.saturating_add(out.len() as u64) > max_names {
+            return Err(HostlistError::TooMany(max_names));
         }
-        if tail_done {
-            out.append(&mut names);
-        } else {
-            out.extend(names.into_iter().map(|n| n + rest));
-        }
+        push_names(&mut out, &mut out_bytes, &brackets, rest)?;
+    }
+    if out.is_empty() {
+        return Err(HostlistError::Empty);
     }
     Ok(out)
+}
+
+/// Push the names of one pattern (`brackets`, then `tail`) in Slurm's order: an
+/// odometer whose fastest digit is the last bracket, then the first, second, ... So
+/// each name is written once at its final size.
+fn push_names(
+    out: &mut Vec<String>,
+    out_bytes: &mut usize,
+    brackets: &Brackets,
+    tail: &str,
+) -> Result<(), HostlistError> {
+    let Some(last) = brackets.len().checked_sub(1) else {
+        *out_bytes += tail.len();
+        if *out_bytes > MAX_BYTES {
+            return Err(HostlistError::TooLong);
+        }
+        out.push(tail.to_string());
+        return Ok(());
+    };
+    // Digit order, fastest first.
+    let order: Vec<usize> = std::iter::once(last).chain(0..last).collect();
+    // Per bracket: (part index, value) now.
+    let mut at: Vec<(usize, u32)> = brackets
+        .iter()
+        .map(|(_, parts)| (0, parts.first().map_or(0, |r| r.lo)))
+        .collect();
+    let fixed: usize = brackets.iter().map(|(p, _)| p.len()).sum::<usize>() + tail.len();
+    let mut digits: Vec<usize> = Vec::with_capacity(brackets.len());
+    loop {
+        digits.clear();
+        digits.extend(
+            brackets
+                .iter()
+                .zip(&at)
+                .map(|((_, parts), &(i, v))| written_as(v, parts[i].width)),
+        );
+        let len = fixed + digits.iter().sum::<usize>();
+        *out_bytes += len;
+        if *out_bytes > MAX_BYTES {
+            return Err(HostlistError::TooLong);
+        }
+        let mut name = String::with_capacity(len);
+        for (((prefix, _), &(_, v)), &d) in brackets.iter().zip(&at).zip(&digits) {
+            name.push_str(prefix);
+            push_padded(&mut name, v, d);
+        }
+        name.push_str(tail);
+        out.push(name);
+        // Advance the odometer.
+        let mut carried = true;
+        for &b in &order {
+            let parts = &brackets[b].1;
+            let (i, v) = &mut at[b];
+            if *v < parts[*i].hi {
+                *v += 1;
+                carried = false;
+                break;
+            }
+            if *i + 1 < parts.len() {
+                *i += 1;
+                *v = parts[*i].lo;
+                carried = false;
+                break;
+            }
+            *i = 0;
+            *v = parts[0].lo;
+        }
+        if carried {
+            return Ok(());
+        }
+    }
 }
 
 /// Write `value` zero-padded to `digits` characters ([`written_as`]'s count): what
@@ -162,7 +206,39 @@ fn push_padded(out: &mut String, value: u32, digits: usize) {
 /// and a number joins the range before it when it is the next value written with the
 /// same zero padding (`n08`,`n09`,`n10` -> `n[08-10]`; `n1`,`n02` stay two parts).
 /// Callers that want one group per prefix sort first ([`compress_sorted`]).
+///
+/// This writes the form every series reads ([`Form::ANY_SERIES`]); [`compress_for`]
+/// writes one series' form.
 pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
+    compress_for(names, Form::ANY_SERIES)
+}
+
+/// Which hostlists a Slurm series reads back as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// 22.05-23.02: a bracket only at a name's end; `gpu[1-2]-ib` is "Invalid hostlist"
+    /// (measured with 22.05's scontrol), so such names stay whole (`gpu1-ib,gpu2-ib`),
+    /// as Slurm's own `hostlist_ranged_string` writes them there.
+    NumberLast,
+    /// 23.11+: text may follow the last bracket (`gpu[1-2]-ib`).
+    TextAfterBracket,
+}
+
+impl Form {
+    /// The form every series reads, for a target series nobody could tell.
+    pub const ANY_SERIES: Form = Form::NumberLast;
+
+    pub fn for_series(major: u32, minor: u32) -> Form {
+        if (major, minor) >= (23, 11) {
+            Form::TextAfterBracket
+        } else {
+            Form::NumberLast
+        }
+    }
+}
+
+/// [`compress`] in `form`: only what that series reads back as the same names.
+pub fn compress_for<S: AsRef<str>>(names: &[S], form: Form) -> Result<String, HostlistError> {
     let mut out = String::new();
     let mut group: Option<Group> = None;
     for name in names {
@@ -176,7 +252,9 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
         {
             return Err(HostlistError::BadName(name.chars().take(80).collect()));
         }
-        let Some((prefix, digits, suffix)) = last_number(name) else {
+        let Some((prefix, digits, suffix)) = last_number(name)
+            .filter(|(_, _, suffix)| suffix.is_empty() || form == Form::TextAfterBracket)
+        else {
             flush(&mut out, group.take());
             push_part(&mut out, name);
             continue;
@@ -212,7 +290,15 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
 /// [`compress`] over the names sorted (by prefix, suffix, then number) and deduplicated:
 /// the shortest form of a set of names, as `scontrol show hostlist` gives for sorted input.
 pub fn compress_sorted<S: AsRef<str>>(names: &[S]) -> Result<String, HostlistError> {
-    compress(&sorted_set(names))
+    compress_sorted_for(names, Form::ANY_SERIES)
+}
+
+/// [`compress_sorted`] in `form`.
+pub fn compress_sorted_for<S: AsRef<str>>(
+    names: &[S],
+    form: Form,
+) -> Result<String, HostlistError> {
+    compress_for(&sorted_set(names), form)
 }
 
 /// The names in natural order (prefix, suffix, then number as a value, then its width,
@@ -335,7 +421,7 @@ fn outside_brackets(item: &str) -> impl Iterator<Item = char> + '_ {
     })
 }
 
-/// Split at commas outside brackets.
+/// Split at separators ([`is_separator`]) outside brackets.
 fn split_top(text: &str) -> Result<Vec<&str>, HostlistError> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0u32, 0usize);
@@ -353,7 +439,7 @@ fn split_top(text: &str) -> Result<Vec<&str>, HostlistError> {
                 }
                 depth = 0;
             }
-            ',' if depth == 0 => {
+            c if depth == 0 && is_separator(c) => {
                 out.push(&text[start..i]);
                 start = i + 1;
             }
@@ -384,13 +470,61 @@ mod tests {
     }
 
     /// Found by the `slurm_topology` fuzz target: `nodes: a b` in topology.yaml read as
-    /// one name with a blank, which no hostlist can write back (Slurm reads two names).
+    /// one name with a blank. Slurm separates names by space, tab and newline as by
+    /// commas (22.05's scontrol): read so now; other blanks in a name are refused.
     #[test]
-    fn blanks_between_names_are_refused_not_joined() {
-        assert!(matches!(expand("a b"), Err(HostlistError::BadName(_))));
-        assert!(matches!(expand("n[1-2] x"), Err(HostlistError::BadName(_))));
-        // Blanks around names and inside brackets are fine, as before.
-        assert_eq!(expand(" n1, n[2, 4] ").expect("valid"), ["n1", "n2", "n4"]);
+    fn blanks_between_names_separate_them() {
+        assert_eq!(expand("a b").expect("valid"), ["a", "b"]);
+        assert_eq!(
+            expand("n[1-2]\tx\ny").expect("valid"),
+            ["n1", "n2", "x", "y"]
+        );
+        assert_eq!(expand(" n1, ,n2 ").expect("valid"), ["n1", "n2"]);
+        for bad in ["a\rb", "a\u{b}b", "a\u{a0}b"] {
+            assert!(
+                matches!(expand(bad), Err(HostlistError::BadName(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// Slurm reads a blank in brackets as zero padding (`n[1, 3]` is n1 n03, `n[ 1-3]`
+    /// n01-n03 on 22.05): refused, never read as other names.
+    #[test]
+    fn blanks_inside_brackets_are_refused() {
+        for bad in ["n[1, 3]", "n[ 1-3]", "n[1 -3]", "n[1- 3]", "n[1\t]"] {
+            assert!(
+                matches!(expand(bad), Err(HostlistError::BlankInBrackets(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    /// Slurm's order for several brackets (22.05's `scontrol show hostnames`): the last
+    /// varies fastest, then the first, second, ...
+    #[test]
+    fn several_brackets_expand_in_slurms_order() {
+        let words = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(
+            expand("n[1-2]a[3-4]b[5-6]").expect("valid"),
+            words("n1a3b5 n1a3b6 n2a3b5 n2a3b6 n1a4b5 n1a4b6 n2a4b5 n2a4b6")
+        );
+        assert_eq!(
+            expand("n[1-3]a[1-2]b[1-2]c[1-2]").expect("valid"),
+            words(
+                "n1a1b1c1 n1a1b1c2 n2a1b1c1 n2a1b1c2 n3a1b1c1 n3a1b1c2 n1a2b1c1 n1a2b1c2 \
+                 n2a2b1c1 n2a2b1c2 n3a2b1c1 n3a2b1c2 n1a1b2c1 n1a1b2c2 n2a1b2c1 n2a1b2c2 \
+                 n3a1b2c1 n3a1b2c2 n1a2b2c1 n1a2b2c2 n2a2b2c1 n2a2b2c2 n3a2b2c1 n3a2b2c2"
+            )
+            .into_iter()
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+        );
+        assert_eq!(
+            expand("n[1-2][3-4]").expect("valid"),
+            words("n13 n14 n23 n24")
+        );
+        assert_eq!(expand("[1-2]").expect("valid"), words("1 2"));
     }
 
     /// Found by the `hostlist` fuzz target: a vertical tab is whitespace to `expand`'s
@@ -422,7 +556,9 @@ mod tests {
 
     #[test]
     fn bad_lists_are_errors_and_bounded() {
-        for bad in ["n[1-2", "n1-2]", "n[[1]]", "n[2-1]", "n[x]", "a,,b", ""] {
+        for bad in [
+            "n[1-2", "n1-2]", "n[[1]]", "n[2-1]", "n[x]", "n[1-]", "n[]", "", " ,\t",
+        ] {
             assert!(expand(bad).is_err(), "{bad:?}");
         }
         assert_eq!(
@@ -456,7 +592,14 @@ mod tests {
         assert_eq!(c(&["login1"]), "login1");
         assert_eq!(c(&["head", "n1", "n2", "m3"]), "head,n[1-2],m3");
         assert_eq!(c(&["r1n1", "r1n2", "r2n1"]), "r1n[1-2],r2n1");
-        assert_eq!(c(&["gpu1-ib", "gpu2-ib"]), "gpu[1-2]-ib");
+        assert_eq!(c(&["gpu1-ib", "gpu2-ib"]), "gpu1-ib,gpu2-ib");
+        assert_eq!(
+            compress_for(&["gpu1-ib", "gpu2-ib", "gpu3"], Form::TextAfterBracket).expect("valid"),
+            "gpu[1-2]-ib,gpu3"
+        );
+        assert_eq!(Form::for_series(22, 5), Form::NumberLast);
+        assert_eq!(Form::for_series(23, 2), Form::NumberLast);
+        assert_eq!(Form::for_series(23, 11), Form::TextAfterBracket);
         assert_eq!(c(&["n3", "n1", "n2"]), "n[3,1-2]");
         assert_eq!(c(&["n1", "n1"]), "n[1,1]");
         assert_eq!(c(&["n99999999999"]), "n99999999999");
@@ -504,16 +647,22 @@ mod tests {
                 })
                 .filter(|n| !n.is_empty())
                 .collect();
-            let text = compress(&names).expect("valid names");
-            if names.is_empty() {
-                assert_eq!(text, "");
-                continue;
+            for form in [Form::NumberLast, Form::TextAfterBracket] {
+                let text = compress_for(&names, form).expect("valid names");
+                if names.is_empty() {
+                    assert_eq!(text, "");
+                    continue;
+                }
+                if form == Form::NumberLast {
+                    // Nothing after a bracket: what 22.05 reads.
+                    assert!(!text.contains("]x") && !text.contains("]-"), "{text}");
+                }
+                assert_eq!(
+                    expand_bounded(&text, 1 << 20).expect(&text),
+                    names,
+                    "{text}"
+                );
             }
-            assert_eq!(
-                expand_bounded(&text, 1 << 20).expect(&text),
-                names,
-                "{text}"
-            );
         }
     }
 

@@ -64,13 +64,43 @@ pub enum PlacementError {
     },
     #[error("NODEMAP names no nodes")]
     Empty,
+    #[error("no NODEMAP node has placement data")]
+    NoPlacement,
 }
 
 /// One Slurm node and its shared units, outermost first (never empty).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodePlace {
     pub node: String,
+    /// The network's units (the tree), outermost first.
     pub path: Vec<String>,
+    /// The unit its block is keyed by: the path, except where the cloud names a domain
+    /// of its own (AWS `CapacityBlockId`: one block even across leaf network nodes).
+    pub block: Vec<String>,
+}
+
+/// What to do with NODEMAP nodes the placement data has no place for (CPU and login
+/// nodes, instances whose data is not ready yet: AWS documents a null capacity block id
+/// just after launch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Unplaced {
+    /// Stop with the node's reason.
+    #[default]
+    Refuse,
+    /// A switch (tree) or block of their own, [`UNPLACED`], that joins nothing: no root
+    /// over it, no aggregated block reaching it ([`block_sizes`]), as topograph's
+    /// `no-topology` switch.
+    Isolate,
+}
+
+/// The unit name of isolated nodes.
+pub const UNPLACED: &str = "unplaced";
+
+/// The nodes placed, in NODEMAP order, and those without a place (node, why).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Placement {
+    pub placed: Vec<NodePlace>,
+    pub unplaced: Vec<(String, String)>,
 }
 
 /// Parse NODEMAP: `NODENAME INSTANCE_ID` per line, `#` comments, blank lines skipped.
@@ -107,35 +137,6 @@ pub fn parse_nodemap(text: &str) -> Result<Vec<(String, String)>, PlacementError
         return Err(PlacementError::Empty);
     }
     Ok(out)
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct AwsTopology {
-    instances: Vec<AwsInstance>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "PascalCase")]
-struct AwsInstance {
-    instance_id: String,
-    #[serde(default)]
-    network_nodes: Option<Vec<String>>,
-    #[serde(default)]
-    capacity_block_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OciRdma {
-    #[serde(rename = "customerHPCIslandId", default)]
-    hpc_island: Option<String>,
-    #[serde(default)]
-    customer_network_block: Option<String>,
-    #[serde(default)]
-    customer_local_block: Option<String>,
-    #[serde(default)]
-    customer_gpu_memory_fabric: Option<String>,
 }
 
 /// What a node knows about itself (`gpu-affinity conf node-facts --json`), the input of
@@ -229,13 +230,65 @@ enum FactsFile {
 fn json<'a, T: Deserialize<'a>>(file: &str, text: &'a str) -> Result<T, PlacementError> {
     serde_json::from_str(text).map_err(|e| PlacementError::Input {
         file: file.to_string(),
-        message: e.to_string(),
+        message: format!("not the expected JSON: {e}"),
     })
+}
+
+/// A vendor file as JSON, walked by hand so a wrong value is one line naming the file
+/// and the field (`Instances[3].NetworkNodes[1]: expected a string`), not serde's text.
+struct Doc<'a> {
+    file: &'a str,
+}
+
+impl Doc<'_> {
+    fn err(&self, field: &str, want: &str) -> PlacementError {
+        PlacementError::Input {
+            file: self.file.to_string(),
+            message: format!("{field}: expected {want}"),
+        }
+    }
+
+    fn parse(&self, text: &str) -> Result<serde_json::Value, PlacementError> {
+        serde_json::from_str(text).map_err(|e| PlacementError::Input {
+            file: self.file.to_string(),
+            message: format!("not JSON: {e}"),
+        })
+    }
+
+    fn object<'v>(
+        &self,
+        v: &'v serde_json::Value,
+        field: &str,
+    ) -> Result<&'v serde_json::Map<String, serde_json::Value>, PlacementError> {
+        v.as_object().ok_or_else(|| {
+            self.err(
+                if field.is_empty() { "the file" } else { field },
+                "an object",
+            )
+        })
+    }
+
+    /// An optional string: absent or null is None.
+    fn opt_str(
+        &self,
+        o: &serde_json::Map<String, serde_json::Value>,
+        key: &str,
+        at: &str,
+    ) -> Result<Option<String>, PlacementError> {
+        match o.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(self.err(&format!("{at}{key}"), "a string or null")),
+        }
+    }
 }
 
 /// An instance as the vendor files give it: the file it came from, and its path or
 /// why it has none (an error only if the NODEMAP names it).
-type Found = (String, Result<Vec<String>, String>);
+type Found = (String, Result<Unit, String>);
+
+/// An instance's network path and its block key ([`NodePlace`]).
+type Unit = (Vec<String>, Vec<String>);
 
 /// Each instance's path from the vendor files (`(file name, text)`), keyed by instance
 /// id. Only entries the NODEMAP names are checked, so an account-wide export with
@@ -246,14 +299,14 @@ fn instance_paths(
     files: &[(String, String)],
 ) -> Result<HashMap<String, Found>, PlacementError> {
     let mut out: HashMap<String, Found> = HashMap::new();
-    let mut put = |file: &str, id: String, path: Result<Vec<String>, String>| {
-        let path = path.and_then(|p| {
-            if p.iter().any(|c| c.trim().is_empty()) {
+    let mut put = |file: &str, id: String, path: Result<Unit, String>| {
+        let path = path.and_then(|(p, b)| {
+            if p.iter().chain(&b).any(|c| c.trim().is_empty()) {
                 Err("an empty unit id".to_string())
-            } else if p.is_empty() {
+            } else if p.is_empty() || b.is_empty() {
                 Err("no shared unit".to_string())
             } else {
-                Ok(p)
+                Ok((p, b))
             }
         });
         match out.get(&id) {
@@ -269,52 +322,99 @@ fn instance_paths(
         }
     };
     for (file, text) in files {
+        let doc = Doc { file };
         match source {
             Source::Aws => {
-                let t: AwsTopology = json(file, text)?;
-                for i in t.instances {
-                    let mut path = i.network_nodes.unwrap_or_default();
-                    let p = if path.is_empty() {
+                let root = doc.parse(text)?;
+                let list = doc
+                    .object(&root, "")?
+                    .get("Instances")
+                    .and_then(|v| v.as_array())
+                    .ok_or_else(|| doc.err("Instances", "a list of instances"))?;
+                for (n, inst) in list.iter().enumerate() {
+                    let at = format!("Instances[{n}].");
+                    let o = doc.object(inst, &format!("Instances[{n}]"))?;
+                    let id = doc
+                        .opt_str(o, "InstanceId", &at)?
+                        .ok_or_else(|| doc.err(&format!("{at}InstanceId"), "a string"))?;
+                    let nodes = match o.get("NetworkNodes") {
+                        None | Some(serde_json::Value::Null) => Vec::new(),
+                        Some(serde_json::Value::Array(a)) => a
+                            .iter()
+                            .enumerate()
+                            .map(|(k, v)| {
+                                v.as_str().map(str::to_string).ok_or_else(|| {
+                                    doc.err(&format!("{at}NetworkNodes[{k}]"), "a string")
+                                })
+                            })
+                            .collect::<Result<_, _>>()?,
+                        Some(_) => {
+                            return Err(doc.err(&format!("{at}NetworkNodes"), "a list or null"));
+                        }
+                    };
+                    let cb = doc
+                        .opt_str(o, "CapacityBlockId", &at)?
+                        .filter(|c| !c.is_empty());
+                    let p = if nodes.is_empty() {
                         Err("no NetworkNodes (type without topology, or not running)".into())
                     } else {
-                        if let Some(cb) = i.capacity_block_id.filter(|c| !c.is_empty()) {
-                            path.push(cb);
-                        }
-                        Ok(path)
+                        // The capacity block (an UltraServer's NVLink domain) is one
+                        // block wherever its instances sit in the network; instances
+                        // without one are blocked by their leaf network node.
+                        let block = match cb {
+                            Some(cb) => vec![format!("CapacityBlockId {cb}")],
+                            None => nodes.clone(),
+                        };
+                        Ok((nodes, block))
                     };
-                    put(file, i.instance_id, p)?;
+                    put(file, id, p)?;
                 }
             }
             Source::Oci => {
-                let map: HashMap<String, OciRdma> = json(file, text)?;
-                for (id, r) in map {
-                    let p = match (r.hpc_island, r.customer_network_block, r.customer_local_block) {
+                let root = doc.parse(text)?;
+                for (id, r) in doc.object(&root, "")? {
+                    let at = format!("{id}.");
+                    let r = doc.object(r, id)?;
+                    let field = |k: &str| doc.opt_str(r, k, &at);
+                    let p = match (
+                        field("customerHPCIslandId")?,
+                        field("customerNetworkBlock")?,
+                        field("customerLocalBlock")?,
+                    ) {
                         (Some(a), Some(b), Some(c)) => {
                             let mut p = vec![a, b, c];
-                            p.extend(r.customer_gpu_memory_fabric.filter(|f| !f.is_empty()));
-                            Ok(p)
+                            // GB200/GB300 racks: the rack's NVLink domain, a block inside
+                            // the local block.
+                            p.extend(field("customerGpuMemoryFabric")?.filter(|f| !f.is_empty()));
+                            Ok((p.clone(), p))
                         }
                         _ => Err("rdmaTopologyData lacks customerHPCIslandId, customerNetworkBlock or customerLocalBlock".into()),
                     };
-                    put(file, id, p)?;
+                    put(file, id.clone(), p)?;
                 }
             }
             Source::Gcp => {
-                let map: HashMap<String, String> = json(file, text)?;
-                for (id, host) in map {
-                    let parts: Vec<&str> = host.split('/').collect();
-                    let p = match parts.split_first() {
-                        Some((&"", rest))
-                            if rest.len() >= 2 && rest.iter().all(|c| !c.is_empty()) =>
+                let root = doc.parse(text)?;
+                for (id, host) in doc.object(&root, "")? {
+                    let host = host
+                        .as_str()
+                        .ok_or_else(|| doc.err(id, "a physicalHost string"))?;
+                    // GCP documents `/blockId/subBlockId/hostId`; the leading `/` is
+                    // optional here, as tools print it either way.
+                    let parts: Vec<&str> =
+                        host.strip_prefix('/').unwrap_or(host).split('/').collect();
+                    let p = match parts[..] {
+                        [block, sub_block, host_id]
+                            if [block, sub_block, host_id].iter().all(|c| !c.is_empty()) =>
                         {
-                            Ok(rest[..rest.len() - 1]
-                                .iter()
-                                .map(|c| c.to_string())
-                                .collect())
+                            let p = vec![block.to_string(), sub_block.to_string()];
+                            Ok((p.clone(), p))
                         }
-                        _ => Err(format!("physical_host {host:?} is not /cluster/rack/host")),
+                        _ => Err(format!(
+                            "physicalHost {host:?} is not blockId/subBlockId/hostId"
+                        )),
                     };
-                    put(file, id, p)?;
+                    put(file, id.clone(), p)?;
                 }
             }
             Source::Nvlink => {
@@ -341,10 +441,13 @@ fn instance_paths(
                                 .and_then(|g| g.pci.clone())
                                 .unwrap_or_else(|| "?".into())
                         )),
-                        Some((first, _)) => Ok(vec![
-                            first.cluster_uuid.clone(),
-                            format!("{}/clique{}", first.cluster_uuid, first.clique_id),
-                        ]),
+                        Some((first, _)) => {
+                            let p = vec![
+                                first.cluster_uuid.clone(),
+                                format!("{}/clique{}", first.cluster_uuid, first.clique_id),
+                            ];
+                            Ok((p.clone(), p))
+                        }
                     };
                     put(file, f.hostname, p)?;
                 }
@@ -354,32 +457,56 @@ fn instance_paths(
     Ok(out)
 }
 
-/// Every NODEMAP node with its path, in NODEMAP order.
+/// Every NODEMAP node with its path, in NODEMAP order; a node without one is an error.
 pub fn place(
     source: Source,
     files: &[(String, String)],
     nodemap: &str,
 ) -> Result<Vec<NodePlace>, PlacementError> {
+    place_with(source, files, nodemap, Unplaced::Refuse).map(|p| p.placed)
+}
+
+/// [`place`] with the admin's choice for nodes without placement data: under
+/// [`Unplaced::Isolate`] they come back in [`Placement::unplaced`] with the reason.
+pub fn place_with(
+    source: Source,
+    files: &[(String, String)],
+    nodemap: &str,
+    unplaced: Unplaced,
+) -> Result<Placement, PlacementError> {
     let map = parse_nodemap(nodemap)?;
     let paths = instance_paths(source, files)?;
-    map.into_iter()
-        .map(|(node, id)| match paths.get(&id) {
-            None => Err(PlacementError::Unknown {
-                node,
+    let mut out = Placement::default();
+    for (node, id) in map {
+        let e = match paths.get(&id) {
+            None => PlacementError::Unknown {
+                node: node.clone(),
                 id,
                 source_name: source.name(),
-            }),
-            Some((file, Err(message))) => Err(PlacementError::Entry {
+            },
+            Some((file, Err(message))) => PlacementError::Entry {
                 file: file.clone(),
                 id,
                 message: format!("{message} (node {node})"),
-            }),
-            Some((_, Ok(path))) => Ok(NodePlace {
-                node,
-                path: path.clone(),
-            }),
-        })
-        .collect()
+            },
+            Some((_, Ok((path, block)))) => {
+                out.placed.push(NodePlace {
+                    node,
+                    path: path.clone(),
+                    block: block.clone(),
+                });
+                continue;
+            }
+        };
+        match unplaced {
+            Unplaced::Refuse => return Err(e),
+            Unplaced::Isolate => out.unplaced.push((node, e.to_string())),
+        }
+    }
+    if out.placed.is_empty() {
+        return Err(PlacementError::NoPlacement);
+    }
+    Ok(out)
 }
 
 fn comment(out: &mut String, name: &str, key: &[String]) {
@@ -391,33 +518,123 @@ fn comment(out: &mut String, name: &str, key: &[String]) {
     out.push_str(&format!("# {name} = {id}\n"));
 }
 
-/// Block topology: one block per innermost unit. Returns it and the `# bN = id` lines.
+/// Block topology: one block per innermost unit, [`Slurm's default sizes`](block_sizes).
+/// Returns it and the `# bN = id` lines.
 pub fn blocks(places: &[NodePlace], name: &str) -> (Topology, String) {
-    // Keyed by the full path, so a rack id reused under two clusters stays two units.
+    let placement = Placement {
+        placed: places.to_vec(),
+        unplaced: Vec::new(),
+    };
+    // Without explicit sizes nothing can fail: every block has at least the base's nodes.
+    blocks_of(&placement, name, None).unwrap_or_else(|_| {
+        (
+            Topology {
+                name: name.into(),
+                cluster_default: false,
+                kind: Kind::Flat,
+            },
+            String::new(),
+        )
+    })
+}
+
+/// Block topology of a [`Placement`]: one block per block unit ([`NodePlace::block`]),
+/// ordered by its nodes' path in the network (the smallest), so consecutive blocks,
+/// which Slurm aggregates into the larger sizes, share the next tier whatever the node
+/// names; isolated nodes last, in one block [`UNPLACED`]. `sizes`: the admin's
+/// `BlockSizes` (checked as slurmctld checks them, [`super::topology::validate`]), else
+/// [`block_sizes`].
+pub fn blocks_of(
+    placement: &Placement,
+    name: &str,
+    sizes: Option<&[u32]>,
+) -> Result<(Topology, String), super::topology::TopologyError> {
+    // Keyed by the full key, so a rack id reused under two clusters stays two units.
     let mut index: HashMap<&[String], usize> = HashMap::new();
-    let mut blocks: Vec<Block> = Vec::new();
-    let mut notes = String::new();
-    for p in places {
-        let i = *index.entry(&p.path).or_insert_with(|| {
-            let n = format!("b{}", blocks.len() + 1);
-            comment(&mut notes, &n, &p.path);
-            blocks.push(Block {
-                name: n,
-                nodes: Vec::new(),
-            });
-            blocks.len() - 1
+    let mut units: Vec<(&[String], &[String], Vec<String>)> = Vec::new();
+    for p in &placement.placed {
+        let i = *index.entry(&p.block).or_insert_with(|| {
+            units.push((&p.block, &p.path, Vec::new()));
+            units.len() - 1
         });
-        blocks[i].nodes.push(p.node.clone());
+        if p.path.as_slice() < units[i].1 {
+            units[i].1 = &p.path;
+        }
+        units[i].2.push(p.node.clone());
     }
+    units.sort_by(|a, b| a.1.cmp(b.1).then_with(|| a.0.cmp(b.0)));
+    let mut notes = String::new();
+    let mut blocks: Vec<Block> = Vec::new();
+    for (key, _, nodes) in units {
+        let n = format!("b{}", blocks.len() + 1);
+        comment(&mut notes, &n, key);
+        blocks.push(Block { name: n, nodes });
+    }
+    let placed = blocks.len();
+    if !placement.unplaced.is_empty() {
+        notes.push_str(&format!(
+            "# {UNPLACED} = nodes without placement data, joined to no other block\n"
+        ));
+        blocks.push(Block {
+            name: UNPLACED.into(),
+            nodes: placement.unplaced.iter().map(|(n, _)| n.clone()).collect(),
+        });
+    }
+    let isolated = blocks.len() > placed;
+    let sizes = match sizes {
+        Some(s) => s.to_vec(),
+        None => block_sizes(&blocks, isolated.then_some(placed)),
+    };
     let t = Topology {
         name: name.into(),
         cluster_default: false,
-        kind: Kind::Block(Blocks {
-            sizes: Vec::new(),
-            blocks,
-        }),
+        kind: Kind::Block(Blocks { sizes, blocks }),
     };
-    (t, notes)
+    super::topology::validate(&t)?;
+    if let (true, Kind::Block(b)) = (isolated, &t.kind)
+        && let Some(&base) = b.sizes.first()
+        && let Some(s) = b
+            .sizes
+            .iter()
+            .find(|&&s| !(placed as u64).is_multiple_of(u64::from(s / base.max(1))))
+    {
+        return Err(super::topology::TopologyError::Invalid {
+            topology: name.into(),
+            message: format!(
+                "block size {s} aggregates {} blocks: with {placed} placed blocks it would join the {UNPLACED} block to them",
+                s / base.max(1)
+            ),
+        });
+    }
+    Ok((t, notes))
+}
+
+/// `BlockSizes` as Slurm's default would make them (24.05+, block_record.c: without
+/// `BlockSizes`, levels 0-4 of the base, up to the first that spans every block) but
+/// from the smallest block rather than the first, so no block is below the base, which
+/// 24.05 and 24.11 refuse ("children count lower than bblock_node_cnt"). With isolated
+/// nodes after `placed` blocks, only levels whose aggregates end before them: Slurm
+/// aggregates consecutive blocks from multiples of the level's count.
+pub fn block_sizes(blocks: &[Block], placed: Option<usize>) -> Vec<u32> {
+    let Some(base) = blocks.iter().map(|b| b.nodes.len()).min() else {
+        return Vec::new();
+    };
+    let base = u32::try_from(base).unwrap_or(u32::MAX);
+    let mut sizes = Vec::new();
+    for level in 0..=4u32 {
+        let count = 1usize << level;
+        if placed.is_some_and(|p| !p.is_multiple_of(count)) {
+            break;
+        }
+        let Some(size) = base.checked_mul(1 << level) else {
+            break;
+        };
+        sizes.push(size);
+        if count >= placed.unwrap_or(blocks.len()) {
+            break;
+        }
+    }
+    sizes
 }
 
 /// Tree topology: a switch per unit at every level (`s<level>_<n>`), nodes on the
@@ -426,6 +643,19 @@ pub fn blocks(places: &[NodePlace], name: &str) -> (Topology, String) {
 /// go below (an OCI GB200 node without `customerGpuMemoryFabric` beside ones with it)
 /// get a leaf of their own under it, named for the same unit.
 pub fn tree(places: &[NodePlace], name: &str) -> (Topology, String) {
+    tree_of(
+        &Placement {
+            placed: places.to_vec(),
+            unplaced: Vec::new(),
+        },
+        name,
+    )
+}
+
+/// [`tree`] of a [`Placement`]: isolated nodes on a leaf switch [`UNPLACED`] of their own
+/// that no switch is above (Slurm then never gives one job nodes on both sides).
+pub fn tree_of(placement: &Placement, name: &str) -> (Topology, String) {
+    let places = &placement.placed;
     let mut index: HashMap<&[String], usize> = HashMap::new();
     let mut per_level: HashMap<usize, usize> = HashMap::new();
     let mut switches: Vec<Switch> = Vec::new();
@@ -487,6 +717,16 @@ pub fn tree(places: &[NodePlace], name: &str) -> (Topology, String) {
             ..Switch::default()
         });
     }
+    if !placement.unplaced.is_empty() {
+        notes.push_str(&format!(
+            "# {UNPLACED} = nodes without placement data, under no other switch\n"
+        ));
+        switches.push(Switch {
+            name: UNPLACED.into(),
+            nodes: placement.unplaced.iter().map(|(n, _)| n.clone()).collect(),
+            ..Switch::default()
+        });
+    }
     let t = Topology {
         name: name.into(),
         cluster_default: false,
@@ -520,7 +760,7 @@ mod tests {
         assert_eq!(notes, "# b1 = nn-c1\n# b2 = nn-c2\n# b3 = nn-c3\n");
         assert_eq!(
             write_conf(&b, "").expect("writes"),
-            "BlockName=b1 Nodes=gpu[1-2]\nBlockName=b2 Nodes=gpu3\nBlockName=b3 Nodes=gpu4\n"
+            "BlockName=b1 Nodes=gpu[1-2]\nBlockName=b2 Nodes=gpu3\nBlockName=b3 Nodes=gpu4\nBlockSizes=1,2,4\n"
         );
         let (t, _) = tree(&places, "tree");
         validate(&t).expect("valid tree");
@@ -539,6 +779,188 @@ mod tests {
         let (b, _) = blocks(&places, "b");
         let Kind::Block(bl) = b.kind else { panic!() };
         assert_eq!(bl.blocks.len(), 2);
+    }
+
+    /// The base block is the smallest (24.05/24.11 exit on a block below the first
+    /// one's count when BlockSizes= is absent), and blocks follow the network, not the
+    /// NODEMAP: leaves under one spine are consecutive, so Slurm's 2-block aggregates
+    /// pair leaves of one spine.
+    #[test]
+    fn blocks_follow_the_network_and_start_at_the_smallest() {
+        let mut inst = Vec::new();
+        let mut map = String::new();
+        // 8 leaves of 4 nodes under 4 spines (2 leaves each), one leaf of 3; node
+        // names unrelated to placement: node k sits on leaf (k * 5) % 8.
+        for k in 0..32 {
+            let leaf = (k * 5) % 8;
+            inst.push(format!(
+                r#"{{"InstanceId":"i-{k}","NetworkNodes":["top","spine{}","leaf{leaf}"]}}"#,
+                leaf / 2
+            ));
+            map.push_str(&format!("n{k} i-{k}\n"));
+        }
+        for k in 32..35 {
+            inst.push(format!(
+                r#"{{"InstanceId":"i-{k}","NetworkNodes":["top","spine0","leafz"]}}"#
+            ));
+            map.push_str(&format!("n{k} i-{k}\n"));
+        }
+        // The small leaf listed first in the NODEMAP.
+        let map = format!("n32 i-32\n{}", map.replace("n32 i-32\n", ""));
+        let text = format!(r#"{{"Instances":[{}]}}"#, inst.join(","));
+        let places = place(Source::Aws, &f(&text), &map).expect("valid");
+        let (t, notes) = blocks(&places, "block");
+        let Kind::Block(b) = &t.kind else {
+            panic!("blocks")
+        };
+        assert_eq!(b.sizes, vec![3, 6, 12, 24, 48]);
+        let leaves: Vec<&str> = notes
+            .lines()
+            .map(|l| l.rsplit(' ').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            leaves,
+            [
+                "leaf0", "leaf1", "leafz", "leaf2", "leaf3", "leaf4", "leaf5", "leaf6", "leaf7"
+            ]
+        );
+        validate(&t).expect("valid");
+    }
+
+    /// An UltraServer's CapacityBlockId is one block across leaf network nodes; the
+    /// instances of its leaf without one are a block of their own.
+    #[test]
+    fn aws_capacity_block_spans_leaves_and_stays_apart() {
+        let text = r#"{"Instances":[
+          {"InstanceId":"i-1","NetworkNodes":["a","b","l1"],"CapacityBlockId":"cr-1"},
+          {"InstanceId":"i-2","NetworkNodes":["a","b","l2"],"CapacityBlockId":"cr-1"},
+          {"InstanceId":"i-3","NetworkNodes":["a","b","l1"]},
+          {"InstanceId":"i-4","NetworkNodes":["a","b","l1"],"CapacityBlockId":null}]}"#;
+        let places =
+            place(Source::Aws, &f(text), "n1 i-1\nn2 i-2\nn3 i-3\nn4 i-4\n").expect("valid");
+        let (b, notes) = blocks(&places, "b");
+        assert_eq!(
+            write_conf(&b, "").expect("writes"),
+            "BlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-4]\nBlockSizes=2,4\n"
+        );
+        assert_eq!(notes, "# b1 = CapacityBlockId cr-1\n# b2 = l1\n");
+    }
+
+    #[test]
+    fn unplaced_nodes_are_refused_or_isolated() {
+        let map = "gpu1 i-1\ngpu2 i-2\ngpu3 i-3\ngpu4 i-4\nlogin1 i-9\ncpu1 i-404\n";
+        let e = place(Source::Aws, &f(AWS), map).expect_err("refused");
+        assert!(e.to_string().contains("node login1"), "{e}");
+        let p = place_with(Source::Aws, &f(AWS), map, Unplaced::Isolate).expect("isolated");
+        assert_eq!(p.placed.len(), 4);
+        let names: Vec<&str> = p.unplaced.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["login1", "cpu1"]);
+        // Blocks: nn-c1 (2 nodes), nn-c2, nn-c3, then unplaced; 3 placed blocks, so no
+        // aggregate (it would reach the unplaced block).
+        let (b, _) = blocks_of(&p, "b", None).expect("valid");
+        assert_eq!(
+            write_conf(&b, "").expect("writes"),
+            "BlockName=b1 Nodes=gpu[1-2]\nBlockName=b2 Nodes=gpu3\nBlockName=b3 Nodes=gpu4\nBlockName=unplaced Nodes=cpu1,login1\nBlockSizes=1\n"
+        );
+        let e = blocks_of(&p, "b", Some(&[1, 2])).expect_err("joins unplaced");
+        assert!(e.to_string().contains("join the unplaced block"), "{e}");
+        let e = blocks_of(&p, "b", Some(&[2])).expect_err("below the base");
+        assert!(
+            e.to_string()
+                .contains("fewer than the smallest block size 2"),
+            "{e}"
+        );
+        let (t, _) = tree_of(&p, "t");
+        let text = write_conf(&t, "").expect("writes");
+        assert!(
+            text.ends_with("SwitchName=unplaced Nodes=cpu1,login1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("Switches=unplaced"), "{text}");
+        let e = place_with(Source::Aws, &f(AWS), "x i-9\n", Unplaced::Isolate).expect_err("none");
+        assert_eq!(e, PlacementError::NoPlacement);
+    }
+
+    /// GCP: `blockId/subBlockId/hostId`, with or without the leading `/`.
+    #[test]
+    fn gcp_physical_host_in_gcps_terms() {
+        let gcp = r#"{"a":"/b1/s1/h1","b":"b1/s1/h2","c":"b1/s2/h3","d":"/b1/s2","e":"b1//h"}"#;
+        let p = place(Source::Gcp, &f(gcp), "g1 a\ng2 b\ng3 c\n").expect("valid");
+        assert_eq!(p[0].path, p[1].path);
+        assert_eq!(p[2].path, ["b1", "s2"]);
+        for bad in ["g d\n", "g e\n"] {
+            let e = place(Source::Gcp, &f(gcp), bad).expect_err(bad).to_string();
+            assert!(e.contains("is not blockId/subBlockId/hostId"), "{e}");
+        }
+    }
+
+    /// OCI GB200: racks (customerGpuMemoryFabric) are the blocks, in local-block order,
+    /// so the 2-rack aggregate is the local block.
+    #[test]
+    fn oci_gb200_racks_are_blocks_inside_local_blocks() {
+        let mut m = serde_json::Map::new();
+        let mut map = String::new();
+        for k in 0..8 {
+            // Racks r0..r3, two per local block; NODEMAP interleaves them.
+            let rack = k % 4;
+            m.insert(
+                format!("o{k}"),
+                serde_json::json!({"customerHPCIslandId":"isl","customerNetworkBlock":"nb",
+                    "customerLocalBlock": format!("lb{}", rack % 2),
+                    "customerGpuMemoryFabric": format!("r{rack}")}),
+            );
+            map.push_str(&format!("n{k} o{k}\n"));
+        }
+        let text = serde_json::Value::Object(m).to_string();
+        let places = place(Source::Oci, &f(&text), &map).expect("valid");
+        let (b, notes) = blocks(&places, "b");
+        assert_eq!(notes, "# b1 = r0\n# b2 = r2\n# b3 = r1\n# b4 = r3\n");
+        let Kind::Block(bl) = b.kind else {
+            panic!("blocks")
+        };
+        assert_eq!(bl.sizes, vec![2, 4, 8]);
+    }
+
+    #[test]
+    fn malformed_json_names_the_file_and_the_field() {
+        let cases = [
+            (
+                Source::Aws,
+                r#"{"Instances":[{"InstanceId":"i-1","NetworkNodes":["a",3]}]}"#,
+                "in.json: Instances[0].NetworkNodes[1]: expected a string",
+            ),
+            (
+                Source::Aws,
+                r#"{"Instances":[{"NetworkNodes":[]}]}"#,
+                "in.json: Instances[0].InstanceId: expected a string",
+            ),
+            (
+                Source::Aws,
+                r#"{"Reservations":[]}"#,
+                "in.json: Instances: expected a list",
+            ),
+            (
+                Source::Aws,
+                r#"{"Instances":[{"InstanceId":"i-1","NetworkNodes":["a"],"CapacityBlockId":7}]}"#,
+                "Instances[0].CapacityBlockId: expected a string or null",
+            ),
+            (
+                Source::Oci,
+                r#"{"o":{"customerLocalBlock":5}}"#,
+                "in.json: o.customerLocalBlock: expected a string",
+            ),
+            (
+                Source::Gcp,
+                r#"{"g":{"x":1}}"#,
+                "in.json: g: expected a physicalHost string",
+            ),
+            (Source::Gcp, "[1", "in.json: not JSON"),
+        ];
+        for (src, text, want) in cases {
+            let e = place(src, &f(text), "n i-1\n").expect_err(want).to_string();
+            assert!(e.contains(want), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]
@@ -582,7 +1004,7 @@ mod tests {
         let (b, _) = blocks(&p, "b");
         assert_eq!(
             write_conf(&b, "").expect("writes"),
-            "BlockName=b1 Nodes=g[1-2]\nBlockName=b2 Nodes=g3\n"
+            "BlockName=b1 Nodes=g[1-2]\nBlockName=b2 Nodes=g3\nBlockSizes=1,2\n"
         );
         let e = place(Source::Gcp, &f(gcp), "g1 bad\n")
             .expect_err("bad host")

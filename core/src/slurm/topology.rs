@@ -179,10 +179,20 @@ pub fn parse_conf(text: &str) -> Result<Topology, TopologyError> {
 /// Write one topology as topology.conf, after `header` (comment lines, each written as
 /// given: the caller's marker). A flat topology is the header alone.
 pub fn write_conf(t: &Topology, header: &str) -> Result<String, TopologyError> {
+    write_conf_in(t, header, hostlist::Form::ANY_SERIES)
+}
+
+/// [`write_conf`] with hostlists in `form`, the one the target series reads.
+pub fn write_conf_in(
+    t: &Topology,
+    header: &str,
+    form: hostlist::Form,
+) -> Result<String, TopologyError> {
     validate(t)?;
     let mut out = String::from(header);
-    let list =
-        |names: &[String]| hostlist::compress_sorted(names).map_err(|e| invalid(t, e.to_string()));
+    let list = |names: &[String]| {
+        hostlist::compress_sorted_for(names, form).map_err(|e| invalid(t, e.to_string()))
+    };
     match &t.kind {
         Kind::Tree(switches) => {
             for s in switches {
@@ -353,6 +363,15 @@ pub fn parse_yaml(text: &str) -> Result<Vec<Topology>, TopologyError> {
 /// Write topologies as topology.yaml after `header` (comment lines). LinkSpeed has no
 /// place in topology.yaml and is dropped.
 pub fn write_yaml(topologies: &[Topology], header: &str) -> Result<String, TopologyError> {
+    write_yaml_in(topologies, header, hostlist::Form::ANY_SERIES)
+}
+
+/// [`write_yaml`] with hostlists in `form`.
+pub fn write_yaml_in(
+    topologies: &[Topology],
+    header: &str,
+    form: hostlist::Form,
+) -> Result<String, TopologyError> {
     check_names(topologies)?;
     let mut raw = Vec::new();
     for t in topologies {
@@ -361,7 +380,7 @@ pub fn write_yaml(topologies: &[Topology], header: &str) -> Result<String, Topol
             if names.is_empty() {
                 return Ok(None);
             }
-            hostlist::compress_sorted(names)
+            hostlist::compress_sorted_for(names, form)
                 .map(|s| Some(NameList::One(s)))
                 .map_err(|e| invalid(t, e.to_string()))
         };
@@ -439,9 +458,30 @@ fn check_name(t: &Topology, what: &str, name: &str) -> Result<(), TopologyError>
     Ok(())
 }
 
+/// `BlockSizes` as slurmctld reads them (block_record.c `_read_topo_file`, 24.05+): the
+/// first is the base block's node count, each one a multiple of it by a power of two no
+/// larger than 2^15 ("Invalid BlockSizes value").
+pub fn check_block_sizes(t: &Topology, sizes: &[u32]) -> Result<(), TopologyError> {
+    let Some(&base) = sizes.first() else {
+        return Ok(());
+    };
+    for &s in sizes {
+        let ok = base > 0 && s % base == 0 && (s / base).is_power_of_two() && s / base <= 1 << 15;
+        if !ok {
+            return Err(invalid(
+                t,
+                format!(
+                    "block size {s} is not a power-of-two multiple (at most 2^15) of the first size {base}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The checks slurmctld makes fatal: unique names, each node in one block (or leaf
 /// switch), child switches that exist, one parent per switch and no cycles, leaf or
-/// parent but not both, block sizes each a power-of-two multiple of the one before.
+/// parent but not both, block sizes as [`check_block_sizes`], no block below the first.
 pub fn validate(t: &Topology) -> Result<(), TopologyError> {
     check_name(t, "topology", &t.name)?;
     match &t.kind {
@@ -469,20 +509,24 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
                     }
                 }
             }
-            for (i, s) in b.sizes.iter().enumerate() {
-                let ok = match i {
-                    0 => *s > 0,
-                    _ => {
-                        let prev = b.sizes[i - 1];
-                        *s > prev && s % prev == 0 && (s / prev).is_power_of_two()
-                    }
-                };
-                if !ok {
-                    return Err(invalid(
-                        t,
-                        format!("block size {s} is not a power-of-two multiple of the one before"),
-                    ));
-                }
+            check_block_sizes(t, &b.sizes)?;
+            // 24.05 and 24.11 exit on a block below the base (block_record.c
+            // `block_record_validate`: "children count lower than bblock_node_cnt");
+            // 25.05 dropped the check. Kept for every series.
+            if let Some(&base) = b.sizes.first()
+                && let Some(small) = b
+                    .blocks
+                    .iter()
+                    .find(|x| (x.nodes.len() as u64) < u64::from(base))
+            {
+                return Err(invalid(
+                    t,
+                    format!(
+                        "block {} has {} nodes, fewer than the smallest block size {base} (Slurm 24.05-24.11 refuse it)",
+                        small.name,
+                        small.nodes.len()
+                    ),
+                ));
             }
             Ok(())
         }
@@ -611,7 +655,14 @@ mod tests {
                 "SwitchName=a Switches=b\nSwitchName=b Switches=a\n",
                 "cycle",
             ),
-            ("BlockName=b1 Nodes=n1\nBlockSizes=4,12\n", "power-of-two"),
+            (
+                "BlockName=b1 Nodes=n[1-4]\nBlockSizes=4,12\n",
+                "power-of-two",
+            ),
+            (
+                "BlockName=b1 Nodes=n[1-4]\nBlockName=b2 Nodes=n5\nBlockSizes=4\n",
+                "block b2 has 1 nodes",
+            ),
             ("SwitchName=s1 Nodes=n[0-4294967295]\n", "line 1"),
             ("SwitchName Nodes=n1\n", "line 1"),
         ];

@@ -11,7 +11,8 @@ use gpu_affinity::config;
 use gpu_affinity::health::{Gap, Gathered};
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::conf_write::{self, CoresRule, MARKER};
-use gpu_affinity::slurm::placement::{self, Source};
+use gpu_affinity::slurm::hostlist;
+use gpu_affinity::slurm::placement::{self, Source, UNPLACED, Unplaced};
 use gpu_affinity::slurm::topology::{self, Topology};
 use gpu_affinity::{sources, trust};
 
@@ -158,8 +159,38 @@ struct TopologyArgs {
     nodes: PathBuf,
     #[arg(long, value_enum, default_value = "block")]
     form: Form,
+    /// BlockSizes= (block and yaml forms): node counts, each a power-of-two multiple of
+    /// the first, as slurmctld checks them [default: Slurm's default levels from the
+    /// smallest block].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    block_sizes: Option<Vec<u32>>,
+    /// Nodes the placement data has no place for: refuse (stop, naming the node) or
+    /// isolate (a block / leaf switch `unplaced` that joins no other).
+    #[arg(long, value_enum, default_value = "refuse")]
+    unplaced: UnplacedArg,
+    /// yaml form: the topology partitions without `Topology=` get (`flat` for CPU and
+    /// login partitions without placement data).
+    #[arg(long, value_enum, default_value = "block")]
+    cluster_default: ClusterDefault,
+    /// The target series, for the hostlists Slurm reads back (22.05-23.02: nothing
+    /// after a bracket).
+    #[command(flatten)]
+    series: SeriesArgs,
     #[command(flatten)]
     out: Output,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum UnplacedArg {
+    Refuse,
+    Isolate,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+enum ClusterDefault {
+    Block,
+    Tree,
+    Flat,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -182,7 +213,7 @@ struct GresArgs {
 
 /// Which Slurm series the file is for: it decides how `Cores=` is widened.
 #[derive(ClapArgs, Debug)]
-struct SeriesArgs {
+pub struct SeriesArgs {
     /// The target Slurm series (`24.11`) [default: the Slurm under --slurm-prefix; none
     /// found: a form every series accepts].
     #[arg(long, value_name = "MAJOR.MINOR")]
@@ -193,8 +224,8 @@ struct SeriesArgs {
 }
 
 impl SeriesArgs {
-    /// The `Cores=` rule of the target series, and a comment line naming it.
-    fn cores_rule(&self) -> Result<(CoresRule, String), CliError> {
+    /// The target series as (major, minor, where it came from), if anyone can tell.
+    fn series(&self) -> Result<Option<(u32, u32, String, String)>, CliError> {
         let found = match &self.slurm_series {
             Some(s) => Some((s.clone(), "--slurm-series".to_string())),
             None => std::fs::canonicalize(&self.slurm_prefix)
@@ -202,10 +233,7 @@ impl SeriesArgs {
                 .and_then(|real| crate::install::find_series(&real).ok()),
         };
         let Some((series, from)) = found else {
-            return Ok((
-                CoresRule::ANY_SERIES,
-                "# No Slurm found: Cores= in the form every series accepts (one whole socket, else all cores).\n".into(),
-            ));
+            return Ok(None);
         };
         let (major, minor) = series
             .split_once('.')
@@ -215,6 +243,31 @@ impl SeriesArgs {
                     "--slurm-series {series:?}: give MAJOR.MINOR, e.g. 24.11"
                 ))
             })?;
+        Ok(Some((major, minor, series, from)))
+    }
+
+    /// The hostlist form the target series reads, and a comment line naming it.
+    pub fn hostlist_form(&self) -> Result<(hostlist::Form, String), CliError> {
+        Ok(match self.series()? {
+            None => (
+                hostlist::Form::ANY_SERIES,
+                "# No Slurm found: hostlists in the form every series reads.\n".into(),
+            ),
+            Some((major, minor, series, from)) => (
+                hostlist::Form::for_series(major, minor),
+                format!("# Hostlists for Slurm {series} (from {from}).\n"),
+            ),
+        })
+    }
+
+    /// The `Cores=` rule of the target series, and a comment line naming it.
+    fn cores_rule(&self) -> Result<(CoresRule, String), CliError> {
+        let Some((major, minor, series, from)) = self.series()? else {
+            return Ok((
+                CoresRule::ANY_SERIES,
+                "# No Slurm found: Cores= in the form every series accepts (one whole socket, else all cores).\n".into(),
+            ));
+        };
         let rule = CoresRule::for_series(major, minor);
         let what = match rule {
             CoresRule::Any => "the GPU's NUMA node's cores",
@@ -383,32 +436,57 @@ fn run_topology(a: &TopologyArgs) -> Result<(), CliError> {
         .map(|p| Ok((p.display().to_string(), read_input(p)?)))
         .collect::<Result<Vec<_>, CliError>>()?;
     let nodemap = read_input(&a.nodes)?;
-    let places = placement::place(source, &files, &nodemap).map_err(|e| CliError(e.to_string()))?;
+    let unplaced = match a.unplaced {
+        UnplacedArg::Refuse => Unplaced::Refuse,
+        UnplacedArg::Isolate => Unplaced::Isolate,
+    };
+    let placement = placement::place_with(source, &files, &nodemap, unplaced)
+        .map_err(|e| CliError(e.to_string()))?;
+    for (node, why) in &placement.unplaced {
+        eprintln!("gpu-affinity: node {node} isolated ({UNPLACED}): {why}");
+    }
+    if a.block_sizes.is_some() && a.form == Form::Tree {
+        return Err(CliError("--block-sizes needs --form block or yaml".into()));
+    }
+    let (form, form_note) = a.series.hostlist_form()?;
     let header = |notes: &str| {
         format!(
-            "{MARKER}\n# From --from {} placement data for {} nodes; unit names map to the vendor's ids:\n{notes}",
+            "{MARKER}\n# From --from {} placement data for {} nodes; unit names map to the vendor's ids:\n{notes}{form_note}",
             source.name(),
-            places.len()
+            placement.placed.len() + placement.unplaced.len()
         )
     };
+    let err = |e: topology::TopologyError| CliError(e.to_string());
     let text = match a.form {
         Form::Block => {
-            let (t, notes) = placement::blocks(&places, "block");
-            topology::write_conf(&t, &header(&notes))
+            let (t, notes) =
+                placement::blocks_of(&placement, "block", a.block_sizes.as_deref()).map_err(err)?;
+            topology::write_conf_in(&t, &header(&notes), form)
         }
         Form::Tree => {
-            let (t, notes) = placement::tree(&places, "tree");
-            topology::write_conf(&t, &header(&notes))
+            let (t, notes) = placement::tree_of(&placement, "tree");
+            topology::write_conf_in(&t, &header(&notes), form)
         }
         Form::Yaml => {
-            let (mut b, block_notes) = placement::blocks(&places, "block");
-            b.cluster_default = true;
-            let (t, tree_notes) = placement::tree(&places, "tree");
-            let both: [Topology; 2] = [b, t];
-            topology::write_yaml(&both, &header(&format!("{block_notes}{tree_notes}")))
+            let (mut b, block_notes) =
+                placement::blocks_of(&placement, "block", a.block_sizes.as_deref()).map_err(err)?;
+            let (mut t, tree_notes) = placement::tree_of(&placement, "tree");
+            // For partitions without placement data (CPU, login): `Topology=flat`.
+            let mut flat = Topology {
+                name: "flat".into(),
+                cluster_default: false,
+                kind: topology::Kind::Flat,
+            };
+            match a.cluster_default {
+                ClusterDefault::Block => b.cluster_default = true,
+                ClusterDefault::Tree => t.cluster_default = true,
+                ClusterDefault::Flat => flat.cluster_default = true,
+            }
+            let all: [Topology; 3] = [b, t, flat];
+            topology::write_yaml_in(&all, &header(&format!("{block_notes}{tree_notes}")), form)
         }
     }
-    .map_err(|e| CliError(e.to_string()))?;
+    .map_err(err)?;
     a.out.put(&text)
 }
 
