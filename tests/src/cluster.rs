@@ -828,6 +828,10 @@ impl Cluster {
     /// A node's configless cache (`SlurmdSpoolDir/conf-cache`): where a configless
     /// slurmd keeps what it fetched from slurmctld. `None` unless built `configless`.
     pub fn conf_cache(&self, node: &str) -> Option<PathBuf> {
+        // slurmd makes the cache before it knows its own name unless `-N` gave it: the
+        // `%n` of `SlurmdSpoolDir=.../spool/%n` is then empty (`spool//conf-cache`,
+        // measured on 25.11; its /run/slurm/conf link says so too).
+        let node = if self.nodes.is_empty() { "" } else { node };
         self.configless
             .as_ref()
             .map(|_| self.path.join("spool").join(node).join("conf-cache"))

@@ -710,11 +710,13 @@ fn a_configless_nodes_prolog_drains_with_the_suites_reason() {
     let env =
         std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.env")).unwrap_or_default();
     eprintln!("MEASURED configless prolog environment:\n{env}");
-    assert!(
-        env.contains(&format!(
-            "SLURM_CONF={}",
-            cache.join("slurm.conf").display()
-        )),
+    let named = env
+        .lines()
+        .find_map(|l| l.strip_prefix("SLURM_CONF="))
+        .map(PathBuf::from);
+    assert_eq!(
+        named,
+        Some(cache.join("slurm.conf")),
         "slurmd names its conf-cache: {env}"
     );
     let reason = inject_xid79(&n);
