@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use gpu_affinity::config::{CheckpointConfig, MountConfig};
 use gpu_affinity::health::parse::{counter, mount_at, mounts};
 use gpu_affinity::health::xid::KernelLog;
-use gpu_affinity::safe_dir::{self, ProbeError, Rule};
 use gpu_affinity::health::{CheckpointProbe, Gap, Gathered, MountProbe, SysfsData};
+use gpu_affinity::safe_dir::{self, ProbeError, Rule};
 use gpu_affinity::sources::sysfs;
 use gpu_affinity::trust::open_regular;
 

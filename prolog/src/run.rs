@@ -322,10 +322,7 @@ pub fn pass(
         .and_then(|row| gres_gpu_count(&row.gres));
     let kmsg = kmsg.wait();
     let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
-    let kmsg_notes = kmsg
-        .as_ref()
-        .map(|k| k.notes.clone())
-        .unwrap_or_default();
+    let kmsg_notes = kmsg.as_ref().map(|k| k.notes.clone()).unwrap_or_default();
     let inputs = Inputs {
         sysfs,
         nvml: nvml.map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
