@@ -181,7 +181,7 @@ impl Record<'_> {
     /// /dev/kmsg gets facility 1 (`LOG_USER`) or the one its `<N>` prefix asks for, never
     /// 0 (devkmsg_write keeps LOG_USER when the prefix's facility is 0), so a user-space
     /// write can never pass for the driver's record.
-    fn from_kernel(&self) -> bool {
+    fn is_kernel(&self) -> bool {
         self.facility.is_none_or(|f| f == 0)
     }
 }
@@ -227,7 +227,7 @@ impl KernelLog {
     pub fn scan(&mut self, line: &str) {
         let Some(rec) = record(line) else { return };
         self.last_seq = Some(self.last_seq.map_or(rec.seq, |s| s.max(rec.seq)));
-        let kernel = rec.from_kernel();
+        let kernel = rec.is_kernel();
         if kernel && rec.message.starts_with(DRIVER_LOAD) {
             self.xids.clear();
         } else if let Some((gpu, code)) = kernel.then(|| driver_xid(rec.message)).flatten() {
