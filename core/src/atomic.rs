@@ -1,6 +1,6 @@
 //! The one atomic file writer, for every file the suite writes in place: generated Slurm
-//! files (`gpu-affinity conf`), install's plugstack snippet, plugstack.conf and record,
-//! the health state and metrics textfiles.
+//! files (`gpu-affinity conf`), install's plugstack snippet, plugstack.conf and record.
+//! (The node programs' state and metrics go through `safe_dir`'s handle instead.)
 //!
 //! The bytes go to a temp file in a directory the caller names, are synced, renamed over
 //! the target, and the directories are synced, so a reader (slurmd, a metrics collector)

@@ -22,6 +22,7 @@ pub mod numa;
 pub mod pci;
 pub mod plugin_env;
 pub mod ranges;
+pub mod safe_dir;
 pub mod slurm;
 pub mod solver;
 pub mod sources;

@@ -3,15 +3,16 @@
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufRead, ErrorKind, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gpu_affinity::config::{CheckpointConfig, MountConfig};
 use gpu_affinity::health::parse::{counter, mount_at, mounts};
-use gpu_affinity::health::xid::{XidEvent, last_seq, parse_kmsg};
+use gpu_affinity::health::xid::KernelLog;
 use gpu_affinity::health::{CheckpointProbe, Gap, Gathered, MountProbe, SysfsData};
+use gpu_affinity::safe_dir::{self, ProbeError, Rule};
 use gpu_affinity::sources::sysfs;
 use gpu_affinity::trust::open_regular;
 
@@ -81,78 +82,115 @@ pub fn read_sysfs(root: &Path) -> Gathered<SysfsData> {
     })
 }
 
-/// What the kernel log said: the XIDs that count (core's `parse_kmsg`) and where the log
-/// stood (its last record's sequence number, the prolog's mark for the epilog).
-#[derive(Debug, Default)]
-pub struct KernelLog {
-    pub xids: Vec<XidEvent>,
-    pub last_seq: Option<u64>,
-}
-
-impl KernelLog {
-    fn of(text: &str) -> KernelLog {
-        KernelLog {
-            xids: parse_kmsg(text),
-            last_seq: last_seq(text),
-        }
-    }
-}
-
-/// XIDs since boot: `/dev/kmsg` on the live node (one record per read, non-blocking, until
-/// the buffer is drained), `ROOT/dev/kmsg` as a file of records under any other root.
+/// XIDs since boot: `/dev/kmsg` on the live node, `ROOT/dev/kmsg` as a file of records
+/// under any other root. Either is streamed through core's scanner a record at a time,
+/// so memory stays bounded whatever the log holds and no read cap can stop before the
+/// newest records: the kernel's ring buffer is the only bound. Records the kernel
+/// overwrote while the reader read (a flood) are counted as lost (the sequence gap after
+/// EPIPE) and reported by the check as a warning; a fixture larger than
+/// [`MAX_LOG_BYTES`] is read from its newest [`MAX_LOG_BYTES`], the lines before counted
+/// as lost.
 pub fn read_kmsg(root: &Path) -> Gathered<KernelLog> {
+    let mut log = KernelLog::default();
     if root != Path::new("/") {
         let path = under(root, "dev/kmsg");
-        return match small_file(&path, MAX_LOG_BYTES) {
-            Ok(Some(bytes)) => Ok(KernelLog::of(&String::from_utf8_lossy(&bytes))),
-            Ok(None) => Ok(KernelLog::default()),
-            Err(e) => Err(Gap::Failed(e)),
+        let fail = |e: std::io::Error| Gap::Failed(format!("{}: {e}", path.display()));
+        let mut file = match open_regular(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(log),
+            Err(e) => return Err(fail(e)),
         };
+        let len = file.metadata().map_err(fail)?.len();
+        let mut reader = std::io::BufReader::new(&mut file);
+        let mut line = Vec::new();
+        if len > MAX_LOG_BYTES {
+            // Newest first: count the older lines, then scan the newest MAX_LOG_BYTES.
+            let mut skipped = (&mut reader).take(len - MAX_LOG_BYTES);
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                let n = skipped.read(&mut chunk).map_err(fail)?;
+                if n == 0 {
+                    break;
+                }
+                log.notes.lost += chunk[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+            }
+            // The cut line's rest.
+            reader.read_until(b'\n', &mut line).map_err(fail)?;
+            log.notes.lost += 1;
+        }
+        loop {
+            line.clear();
+            if reader.read_until(b'\n', &mut line).map_err(fail)? == 0 {
+                break;
+            }
+            log.scan(String::from_utf8_lossy(&line).trim_end_matches('\n'));
+        }
+        log.finish();
+        return Ok(log);
     }
     let mut file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open("/dev/kmsg")
         .map_err(|e| Gap::Failed(format!("/dev/kmsg: {e}")))?;
-    let mut text = String::new();
+    // One record per read; a record is at most about 8 KiB with its dictionary.
     let mut buf = vec![0u8; 16 * 1024];
-    loop {
+    let mut overrun = false;
+    for _ in 0..MAX_KMSG_RECORDS {
         match file.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => text.push_str(&String::from_utf8_lossy(&buf[..n])),
+            Ok(n) => {
+                let before = log.last_seq;
+                for line in String::from_utf8_lossy(&buf[..n]).lines() {
+                    log.scan(line);
+                }
+                if std::mem::take(&mut overrun)
+                    && let (Some(b), Some(now)) = (before, log.last_seq)
+                {
+                    log.notes.lost += now.saturating_sub(b).saturating_sub(1);
+                }
+            }
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-            // EPIPE: records were overwritten while reading; the next read goes on.
-            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => continue,
+            // EPIPE: records were overwritten while reading; the next read goes on at
+            // the oldest one left, and the gap is what the flood took.
+            Err(e) if e.raw_os_error() == Some(libc::EPIPE) => overrun = true,
             Err(e) => return Err(Gap::Failed(format!("/dev/kmsg: {e}"))),
         }
-        if text.len() as u64 > MAX_LOG_BYTES {
-            break;
-        }
     }
-    Ok(KernelLog::of(&text))
+    log.finish();
+    Ok(log)
 }
 
+/// More records than the largest kernel ring buffer (2^25 bytes) can hold several times
+/// over: the live read's bound, reached only while a flood refills the buffer.
+const MAX_KMSG_RECORDS: usize = 1 << 22;
+
 /// How a mount is probed; the seam lets tests stand in a mount whose stat never returns.
+/// A probe that a job user kept from running (a symlink on the way, names taken, its
+/// file renamed away) is `Gap::Interfered`: a warning, never a drain.
 pub trait MountProber: Send + Sync + 'static {
     /// stat the mount point.
     fn stat(&self, path: &Path) -> Result<(), String>;
     /// Create and remove a file under it.
-    fn write(&self, dir: &Path, name: &str) -> Result<(), String>;
-    /// Write `bytes` into a new file under `dir`, fsync it, remove it; the time from the
-    /// create to the end of the fsync.
-    fn write_timed(&self, dir: &Path, name: &str, bytes: u64) -> Result<Duration, String>;
+    fn write(&self, dir: &Path) -> Gathered<()>;
+    /// Write `bytes` into a new file under `dir`, fsync it; the time from the create to
+    /// the end of the fsync. The file never has a name a job user could predict.
+    fn write_timed(&self, dir: &Path, bytes: u64) -> Gathered<Duration>;
 }
 
-/// A new probe file under `dir` that never follows or truncates something already there
-/// (a FIFO or a link planted at the probe's name).
-fn create_probe(file: &Path) -> Result<std::fs::File, String> {
-    OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(file)
-        .map_err(|e| format!("{}: {e}", file.display()))
+/// The probed directory, walked from `/` without symlinks (core's `safe_dir`), and a
+/// nameless file in it. A refusal a user can cause is `Gap::Interfered`.
+fn probe_file(dir: &Path, what: &str, prefix: &str) -> Gathered<std::fs::File> {
+    let dir = safe_dir::open(dir, what, Rule::Probed, crate::state::owner(), None).map_err(
+        |e| match e.user_causable() {
+            true => Gap::Interfered(format!("{e}; not probed")),
+            false => Gap::Failed(e.to_string()),
+        },
+    )?;
+    dir.probe_file(prefix).map_err(|e| match e {
+        ProbeError::Interfered(why) => Gap::Interfered(why),
+        ProbeError::Io(why) => Gap::Failed(why),
+    })
 }
 
 /// Bytes storage cannot compress or deduplicate away (xorshift64), one MiB, reused.
@@ -177,20 +215,16 @@ impl MountProber for RealProber {
             .map_err(|e| format!("{}: {e}", path.display()))
     }
 
-    fn write(&self, dir: &Path, name: &str) -> Result<(), String> {
-        let file = dir.join(name);
-        create_probe(&file)?;
-        std::fs::remove_file(&file).map_err(|e| format!("{}: {e}", file.display()))
+    fn write(&self, dir: &Path) -> Gathered<()> {
+        probe_file(dir, "mount", ".gpu-affinity-probe").map(drop)
     }
 
-    fn write_timed(&self, dir: &Path, name: &str, bytes: u64) -> Result<Duration, String> {
-        let file = dir.join(name);
+    fn write_timed(&self, dir: &Path, bytes: u64) -> Gathered<Duration> {
         let block = probe_block();
         let t = Instant::now();
-        let mut f = create_probe(&file)?;
-        // Unlinked before the first byte and written through the open descriptor: a pass
-        // killed at its bound mid-write leaves no partial file on shared storage.
-        std::fs::remove_file(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        // Nameless (O_TMPFILE) or unlinked before the first byte and written through the
+        // open descriptor: a pass killed at its bound mid-write leaves no file behind.
+        let mut f = probe_file(dir, "checkpoint_dir", ".gpu-affinity-bandwidth")?;
         let written = (|| {
             let mut left = bytes;
             while left > 0 {
@@ -200,7 +234,7 @@ impl MountProber for RealProber {
             }
             f.sync_all()
         })();
-        written.map_err(|e| format!("{}: {e}", file.display()))?;
+        written.map_err(|e| Gap::Failed(format!("{}: {e}", dir.display())))?;
         Ok(t.elapsed())
     }
 }
@@ -210,15 +244,11 @@ impl MountProber for RealProber {
 pub fn probe_checkpoint(
     root: &Path,
     cfg: &CheckpointConfig,
-    node: &str,
     prober: &dyn MountProber,
 ) -> Gathered<CheckpointProbe> {
     let dir = under(root, &cfg.dir.to_string_lossy());
     let bytes = u64::from(cfg.probe_mib) << 20;
-    let name = format!(".gpu-affinity-bandwidth.{node}.{}", std::process::id());
-    let elapsed = prober
-        .write_timed(&dir, &name, bytes)
-        .map_err(Gap::Failed)?;
+    let elapsed = prober.write_timed(&dir, bytes)?;
     Ok(CheckpointProbe {
         dir: cfg.dir.display().to_string(),
         bytes,
@@ -231,7 +261,6 @@ pub fn probe_checkpoint(
 pub fn read_mounts(
     root: &Path,
     wanted: &[MountConfig],
-    node: &str,
     prober: std::sync::Arc<dyn MountProber>,
     bound: std::time::Duration,
 ) -> Vec<MountProbe> {
@@ -250,8 +279,11 @@ pub fn read_mounts(
             });
             let writable = m.write.then(|| {
                 let p = prober.clone();
-                let name = format!(".gpu-affinity-probe.{node}.{}", std::process::id());
-                crate::bounded::start(bound, move || Ok(p.write(&path, &name).is_ok()))
+                crate::bounded::start(bound, move || match p.write(&path) {
+                    Ok(()) => Ok(true),
+                    Err(Gap::Failed(_)) => Ok(false),
+                    Err(gap) => Err(gap),
+                })
             });
             (m, latency, writable)
         })
@@ -286,11 +318,11 @@ mod tests {
             std::thread::sleep(Duration::from_secs(3600));
             Ok(())
         }
-        fn write(&self, _: &Path, _: &str) -> Result<(), String> {
+        fn write(&self, _: &Path) -> Gathered<()> {
             std::thread::sleep(Duration::from_secs(3600));
             Ok(())
         }
-        fn write_timed(&self, _: &Path, _: &str, _: u64) -> Result<Duration, String> {
+        fn write_timed(&self, _: &Path, _: u64) -> Gathered<Duration> {
             std::thread::sleep(Duration::from_secs(3600));
             Ok(Duration::ZERO)
         }
@@ -305,7 +337,7 @@ mod tests {
             floor_mbps: Some(1.0),
             probe_mib: 2,
         };
-        let probe = probe_checkpoint(dir.path(), &cfg, "n1", &RealProber).expect("probe");
+        let probe = probe_checkpoint(dir.path(), &cfg, &RealProber).expect("probe");
         assert_eq!((probe.dir.as_str(), probe.bytes), ("/ckpt", 2 << 20));
         assert!(probe.elapsed_us > 0);
         let left: Vec<_> = std::fs::read_dir(dir.path().join("ckpt"))
@@ -317,7 +349,7 @@ mod tests {
             dir: "/nowhere".into(),
             ..cfg.clone()
         };
-        let e = probe_checkpoint(dir.path(), &gone, "n1", &RealProber).expect_err("no dir");
+        let e = probe_checkpoint(dir.path(), &gone, &RealProber).expect_err("no dir");
         assert!(
             matches!(&e, Gap::Failed(w) if w.contains("nowhere")),
             "{e:?}"
@@ -326,7 +358,7 @@ mod tests {
         let t = Instant::now();
         let root = dir.path().to_path_buf();
         let stalled = crate::bounded::start(Duration::from_millis(200), move || {
-            probe_checkpoint(&root, &cfg, "n1", &Stalled)
+            probe_checkpoint(&root, &cfg, &Stalled)
         })
         .wait();
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
@@ -348,7 +380,6 @@ mod tests {
         let probes = read_mounts(
             dir.path(),
             &wanted,
-            "n1",
             Arc::new(Stalled),
             Duration::from_millis(200),
         );
@@ -359,7 +390,6 @@ mod tests {
         let real = read_mounts(
             dir.path(),
             &wanted,
-            "n1",
             Arc::new(RealProber),
             Duration::from_secs(2),
         );

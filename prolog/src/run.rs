@@ -84,14 +84,34 @@ const OVERALL: Duration = Duration::from_secs(30);
 /// How long a run waits for another one to finish before it reports and exits.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
-/// `SLURMD_NODENAME`, else the short hostname.
-pub fn node_name() -> String {
-    if let Ok(n) = std::env::var("SLURMD_NODENAME")
-        && !n.trim().is_empty()
-    {
-        return n.trim().to_string();
+/// `SLURMD_NODENAME`, else the short hostname, checked as a Slurm node name
+/// ([`is_node_name`]) before it goes anywhere (argv, a log line, a name).
+pub fn node_name() -> Result<String, String> {
+    let (from, name) = match std::env::var("SLURMD_NODENAME") {
+        Ok(n) if !n.trim().is_empty() => ("SLURMD_NODENAME", n.trim().to_string()),
+        _ => (
+            "the hostname",
+            gpu_affinity::slurm::read::short_hostname().unwrap_or_default(),
+        ),
+    };
+    if is_node_name(&name) {
+        Ok(name)
+    } else {
+        Err(format!(
+            "{from} {:?} is not a Slurm node name (letters, digits, '-', '_', '.', at most 64)",
+            name.chars().take(64).collect::<String>()
+        ))
     }
-    gpu_affinity::slurm::read::short_hostname().unwrap_or_default()
+}
+
+/// A Slurm node name as slurm.conf's NodeName= holds one: 1-64 ASCII letters, digits,
+/// `-`, `_`, `.`, not starting with `-` or `.` (so never `..`, `/`, a space or a newline).
+pub fn is_node_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !name.starts_with(['-', '.'])
 }
 
 /// How Slurm numbers this node's GPUs: core's one mapping (the plugin's too) over the
@@ -212,6 +232,7 @@ pub fn pass(
     node: &str,
     prober: Arc<dyn MountProber>,
     slurm: Option<&Slurm>,
+    prev: &gpu_affinity::health::PassState,
 ) -> (
     Report,
     Option<Vec<NodeRow>>,
@@ -236,31 +257,24 @@ pub fn pass(
     };
     let r = root.clone();
     let kmsg = bounded::start(ms(KMSG_BOUND_MS), move || readers::read_kmsg(&r));
-    let dir = cfg
-        .health
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
-    let prev = state::load(&dir, state::owner());
     let job = job_id();
     // Writing a checkpoint-sized file is for the passes between jobs, not every job's
     // prolog or epilog.
     let checkpoint = match (&cfg.health.checkpoint, program) {
         (Some(c), Program::Health) => {
-            let (r, c, node, p) = (root.clone(), c.clone(), node.to_string(), prober.clone());
+            let (r, c, p) = (root.clone(), c.clone(), prober.clone());
             Some(bounded::start(ms(STORAGE_BOUND_MS), move || {
-                readers::probe_checkpoint(&r, &c, &node, p.as_ref())
+                readers::probe_checkpoint(&r, &c, p.as_ref())
             }))
         }
         _ => None,
     };
     let mounts = {
-        let (r, wanted, node) = (root.clone(), cfg.health.mounts.clone(), node.to_string());
+        let (r, wanted) = (root.clone(), cfg.health.mounts.clone());
         bounded::start(ms(STORAGE_BOUND_MS + 500), move || {
             Ok(readers::read_mounts(
                 &r,
                 &wanted,
-                &node,
                 prober,
                 ms(STORAGE_BOUND_MS),
             ))
@@ -308,10 +322,12 @@ pub fn pass(
         .and_then(|row| gres_gpu_count(&row.gres));
     let kmsg = kmsg.wait();
     let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
+    let kmsg_notes = kmsg.as_ref().map(|k| k.notes.clone()).unwrap_or_default();
     let inputs = Inputs {
         sysfs,
         nvml: nvml.map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
         xids: kmsg.map(|k| k.xids),
+        kmsg_notes,
         mounts: mounts.wait().unwrap_or_default(),
         checkpoint: match checkpoint {
             Some(c) => c.wait(),
@@ -331,7 +347,7 @@ pub fn pass(
         Err(_) => expect_of(cfg),
     };
     let (report, mut next) =
-        gpu_affinity::health::evaluate(&inputs, &expect, &policy, &scope, &prev);
+        gpu_affinity::health::evaluate(&inputs, &expect, &policy, &scope, prev);
     if let Some(job) = &job {
         match (program, kmsg_at) {
             (Program::Prolog, Some(seq)) => next.mark_job(job, seq),
@@ -453,22 +469,25 @@ pub fn main(program: Program) -> ! {
         },
         None => Config::default(),
     };
-    let dir = cfg
-        .health
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
-    if let Err(e) = state::ensure_dir(&dir) {
-        log_line(program, &e);
-    }
-    let _lock = match state::lock(&dir, LOCK_WAIT) {
-        Ok(l) => l,
+    let node = match node_name() {
+        Ok(n) => n,
         Err(e) => {
-            log_line(program, &format!("{e}; exiting"));
-            std::process::exit(0);
+            // Like a broken config: report, change nothing.
+            log_line(program, &format!("{e}; changing nothing"));
+            std::process::exit(if program == Program::Health { 0 } else { 1 });
         }
     };
-    let node = node_name();
+    let shared = shared_state(&cfg);
+    if let Err(e) = &shared {
+        log_line(
+            program,
+            &format!("{e}; running the checks without the shared state"),
+        );
+    }
+    let prev = shared
+        .as_ref()
+        .map(|(dir, _)| state::load(dir))
+        .unwrap_or_default();
     let slurm = Slurm::new(
         cfg.health.slurm_bin_dir.clone(),
         cfg.health.slurm_conf.clone(),
@@ -476,8 +495,14 @@ pub fn main(program: Program) -> ! {
     if let Err(why) = slurm.bin_dir() {
         log_line(program, why);
     }
-    let (report, rows, next, indices) =
-        pass(program, &cfg, &node, Arc::new(RealProber), Some(&slurm));
+    let (report, rows, next, indices) = pass(
+        program,
+        &cfg,
+        &node,
+        Arc::new(RealProber),
+        Some(&slurm),
+        &prev,
+    );
     let policy = policy_of(&cfg);
     let action = decide(
         &report,
@@ -497,7 +522,9 @@ pub fn main(program: Program) -> ! {
         next.clean_passes = 0;
     }
     if !args.dry_run {
-        if let Err(e) = state::save(&dir, &next) {
+        if let Ok((dir, _lock)) = &shared
+            && let Err(e) = state::save(dir, &next)
+        {
             log_line(program, &e);
         }
         side_effects(
@@ -505,7 +532,7 @@ pub fn main(program: Program) -> ! {
             &cfg,
             &report,
             &action,
-            indices.as_deref(),
+            indices.filter(|_| shared.is_ok()).as_deref(),
             started.elapsed(),
         );
     }
@@ -519,6 +546,22 @@ pub fn main(program: Program) -> ! {
     std::process::exit(exit_code(program, &outcome, args.dry_run));
 }
 
+/// The state dir (trust-checked, made when absent) and the run lock over it. Either
+/// failing (a symlinked or user-writable state dir, a lock another process holds past
+/// LOCK_WAIT) never means "healthy": the pass runs all its checks and applies its
+/// verdict without the shared state (no previous pass, no job mark, nothing saved, no
+/// dcgm mapping change, which needs the lock).
+fn shared_state(cfg: &Config) -> Result<(gpu_affinity::safe_dir::SafeDir, state::RunLock), String> {
+    let path = cfg
+        .health
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
+    let dir = state::open_dir(&path)?;
+    let lock = state::lock(&dir, LOCK_WAIT)?;
+    Ok((dir, lock))
+}
+
 fn side_effects(
     program: Program,
     cfg: &Config,
@@ -528,11 +571,19 @@ fn side_effects(
     elapsed: Duration,
 ) {
     if let (Some(dir), Some(gpus), Some(job)) = (&cfg.health.dcgm_job_mapping_dir, gpus, job_id()) {
-        let done = match program {
-            Program::Prolog => crate::metrics::map_jobs(dir, gpus, &job),
-            Program::Epilog => crate::metrics::unmap_jobs(dir, gpus, &job),
+        let done = gpu_affinity::safe_dir::open(
+            dir,
+            "dcgm job mapping dir",
+            gpu_affinity::safe_dir::Rule::Trusted,
+            state::owner(),
+            None,
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|dir| match program {
+            Program::Prolog => crate::metrics::map_jobs(&dir, gpus, &job),
+            Program::Epilog => crate::metrics::unmap_jobs(&dir, gpus, &job),
             Program::Health => Ok(()),
-        };
+        });
         if let Err(e) = done {
             log_line(program, &format!("dcgm job mapping: {e}"));
         }
@@ -545,7 +596,7 @@ fn side_effects(
             .map_or(0, |d| d.as_secs());
         let held = u64::from(matches!(action, Action::HeldBack(_)));
         let text = crate::metrics::textfile(report, elapsed.as_secs_f64(), now, held);
-        if let Err(e) = state::write_atomic(path, text.as_bytes(), 0o644) {
+        if let Err(e) = state::write_output(path, "textfile", text.as_bytes(), 0o644) {
             log_line(program, &format!("metrics: {e}"));
         }
     }

@@ -391,6 +391,12 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         "xid_kmsg",
         b"[  12.3] NVRM: Xid (PCI:0000:9b:00): 48, pid='<unknown>', DBE\n6,7,1,-;NVRM: Xid (0000:1a:00.0): 95, uncontained\ngarbage;;;\n",
     )?;
+    // Forged shapes (issue 17): process names in segfault, OOM and trap lines, user-space
+    // writes of the driver's text, loose forms the driver never prints.
+    c.add(
+        "xid_kmsg",
+        b"6,10,1,-;NVRM: Xid:79[12483]: segfault at 0 ip 0 sp 0 error 6\n3,11,1,-;Killed process 12483 (NVRM: Xid:79) total-vm:1kB\n6,12,1,-;traps: NVRM: Xid:79[12483] trap int3\n12,13,1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x\n6,14,1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=9, name=evil[1]: x\n",
+    )?;
     // A driver (re)load between XIDs: the ones before it stop counting.
     c.add(
         "xid_kmsg",

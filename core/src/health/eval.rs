@@ -109,6 +109,10 @@ fn outcome(def: &'static CheckDef, result: Result_) -> Outcome {
             ..base(Status::Timeout, format!("no answer within {after_ms} ms"))
         },
         Result_::Missing(Gap::Failed(why)) => base(Status::Fail, why),
+        Result_::Missing(Gap::Interfered(why)) => Outcome {
+            class: Class::Warn,
+            ..base(Status::Fail, why)
+        },
         Result_::Found(findings) if findings.is_empty() => base(Status::Pass, String::new()),
         Result_::Found(findings) => {
             let class_of = |f: &Finding| f.class.unwrap_or(def.class);
@@ -386,7 +390,7 @@ fn run(
             let xids = need!(&inputs.xids, true);
             let found = xids
                 .iter()
-                .filter(|x| in_scope(scope, x.gpu))
+                .filter(|x| in_scope(scope, Some(x.gpu)))
                 .filter(|x| scope.xids_after.is_none_or(|after| x.seq > after))
                 .filter_map(|x| {
                     let (action, repair) = policy.action(x.code);
@@ -397,12 +401,13 @@ fn run(
                     };
                     Some(Finding {
                         code: format!("GPU_XID_{}", x.code),
-                        subject: gpu_subject(x.gpu),
-                        evidence: format!("XID {} on {} (kmsg seq {})", x.code, show(x.gpu), x.seq),
+                        subject: gpu_subject(Some(x.gpu)),
+                        evidence: format!("XID {} on {} (kmsg seq {})", x.code, x.gpu, x.seq),
                         class: Some(class),
                         repair,
                     })
                 })
+                .chain(kmsg_warnings(&inputs.kmsg_notes))
                 .collect();
             Result_::Found(found)
         }
@@ -554,6 +559,36 @@ fn run(
     }
 }
 
+/// `gpu.xid`'s warnings: records that quote an XID without being the driver's (a job
+/// user's process name, a user-space write), and records a flood made the reader lose.
+fn kmsg_warnings(notes: &super::xid::KmsgNotes) -> Vec<Finding> {
+    let warn = |code: &str, evidence: String| Finding {
+        class: Some(Class::Warn),
+        ..finding(code.to_string(), None, evidence)
+    };
+    let mut out = Vec::new();
+    if notes.lookalikes > 0 {
+        out.push(warn(
+            "KMSG_XID_LOOKALIKE",
+            format!(
+                "{} kernel-log records quote an XID but are not the driver's record (a process name or a user-space write; first at kmsg seq {}); not counted",
+                notes.lookalikes,
+                notes.first_lookalike.unwrap_or(0)
+            ),
+        ));
+    }
+    if notes.lost > 0 {
+        out.push(warn(
+            "KMSG_FLOOD",
+            format!(
+                "{} kernel-log records were lost while reading (a flood of messages); the newest were read",
+                notes.lost
+            ),
+        ));
+    }
+    out
+}
+
 /// A checkpoint probe that timed out or failed with no floor set: a warning finding,
 /// `STORAGE_SLOW_TIMEOUT` for a timeout as the drain would have said.
 fn unfloored_probe_gap(def: &CheckDef, gap: &Gap) -> Finding {
@@ -562,7 +597,7 @@ fn unfloored_probe_gap(def: &CheckDef, gap: &Gap) -> Finding {
             format!("{}_TIMEOUT", def.code),
             format!("no answer within {after_ms} ms (no floor set)"),
         ),
-        Gap::Failed(why) | Gap::Skipped(why) => {
+        Gap::Failed(why) | Gap::Skipped(why) | Gap::Interfered(why) => {
             (def.code.to_string(), format!("{why} (no floor set)"))
         }
     };
@@ -702,6 +737,10 @@ fn storage(def: &CheckDef, inputs: &Inputs) -> Result_ {
                 }]);
             }
             Err(Gap::Failed(why)) => found.push(finding(def.code, subject, why)),
+            Err(Gap::Interfered(why)) => found.push(Finding {
+                class: Some(Class::Warn),
+                ..finding(def.code, subject, why)
+            }),
         }
     }
     if found.is_empty() && ok.is_empty() {

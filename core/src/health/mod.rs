@@ -396,6 +396,10 @@ pub enum Gap {
     Failed(String),
     /// Not asked for (`[gpu] nvml = false`, nothing configured).
     Skipped(String),
+    /// The reader could not run for a reason a job user can cause (a name planted where
+    /// a probe creates its file, a symlink on the way): a warning naming the cause, never
+    /// a drain, since any user could otherwise drain the node.
+    Interfered(String),
 }
 
 pub type Gathered<T> = Result<T, Gap>;
@@ -469,6 +473,8 @@ pub struct Inputs {
     pub sysfs: Gathered<SysfsData>,
     pub nvml: Gathered<NvmlData>,
     pub xids: Gathered<Vec<xid::XidEvent>>,
+    /// Look-alike XID records and records lost to a flood: warnings of `gpu.xid`.
+    pub kmsg_notes: xid::KmsgNotes,
     pub mounts: Vec<MountProbe>,
     /// `[storage] checkpoint_dir`'s write bandwidth probe (skipped unless configured).
     pub checkpoint: Gathered<CheckpointProbe>,

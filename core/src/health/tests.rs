@@ -48,6 +48,7 @@ fn healthy() -> (Inputs, Expect) {
             gpus,
         }),
         xids: Ok(vec![]),
+        kmsg_notes: Default::default(),
         mounts: vec![MountProbe {
             path: "/fsx".into(),
             want_type: Some("lustre".into()),
@@ -169,7 +170,7 @@ fn fault_matrix() {
                 let g = gpu0(i);
                 i.xids = Ok(vec![XidEvent {
                     seq: 9,
-                    gpu: Some(g),
+                    gpu: g,
                     code: 79,
                 }]);
             },
@@ -182,7 +183,7 @@ fn fault_matrix() {
                 let g = gpu0(i);
                 i.xids = Ok(vec![XidEvent {
                     seq: 9,
-                    gpu: Some(g),
+                    gpu: g,
                     code: 48,
                 }]);
             },
@@ -195,7 +196,7 @@ fn fault_matrix() {
                 let g = gpu0(i);
                 i.xids = Ok(vec![XidEvent {
                     seq: 9,
-                    gpu: Some(g),
+                    gpu: g,
                     code: 95,
                 }]);
             },
@@ -208,7 +209,7 @@ fn fault_matrix() {
                 let g = gpu0(i);
                 i.xids = Ok(vec![XidEvent {
                     seq: 9,
-                    gpu: Some(g),
+                    gpu: g,
                     code: 94,
                 }]);
             },
@@ -218,9 +219,10 @@ fn fault_matrix() {
         (
             "XID 13 ignored",
             |i| {
+                let g = gpu0(i);
                 i.xids = Ok(vec![XidEvent {
                     seq: 9,
-                    gpu: None,
+                    gpu: g,
                     code: 13,
                 }]);
             },
@@ -425,7 +427,7 @@ fn the_epilog_counts_only_xids_after_the_jobs_prolog() {
     let g = gpu0(&inputs);
     inputs.xids = Ok(vec![XidEvent {
         seq: 40,
-        gpu: Some(g),
+        gpu: g,
         code: 79,
     }]);
     let epilog = |after: Option<u64>| {
@@ -502,13 +504,14 @@ fn healthy_node_never_drains_over_1000_passes() {
     let policy = XidPolicy::embedded();
     let mut state = PassState::default();
     let rows = sinfo_rows("n1|gpu*|idle|gpu:8|none\n");
+    let g = gpu0(&inputs);
     for pass in 0..1000u64 {
         // What varies on a healthy node: idle link speed, a stat latency, ignored XIDs.
         inputs.mounts[0].latency_ms = Ok(pass % 50);
         inputs.xids = Ok((0..pass % 3)
             .map(|s| XidEvent {
                 seq: s,
-                gpu: None,
+                gpu: g,
                 code: 13,
             })
             .collect());
@@ -535,7 +538,7 @@ fn drain_report(code: u32) -> Report {
     let g = gpu0(&inputs);
     inputs.xids = Ok(vec![XidEvent {
         seq: 1,
-        gpu: Some(g),
+        gpu: g,
         code,
     }]);
     run(&inputs, &expect)
@@ -831,5 +834,52 @@ fn checkpoint_probe_without_a_floor_warns_never_drains() {
         let r = run(&inputs, &floored);
         assert_eq!(r.verdict, Verdict::Drain, "{gap:?}: {}", r.summary());
         assert_eq!(probe(&r), Some((Class::Drain, status)));
+    }
+}
+
+#[test]
+fn xid_lookalikes_and_a_flood_warn_and_never_drain() {
+    let (mut inputs, expect) = healthy();
+    inputs.kmsg_notes = super::xid::KmsgNotes {
+        lookalikes: 3,
+        first_lookalike: Some(17),
+        lost: 40,
+    };
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
+    let xid = r
+        .checks
+        .iter()
+        .find(|c| c.id == "gpu.xid")
+        .expect("gpu.xid");
+    assert!(
+        xid.evidence.contains("3 kernel-log records quote an XID"),
+        "{}",
+        xid.evidence
+    );
+    assert!(
+        xid.evidence.contains("first at kmsg seq 17"),
+        "{}",
+        xid.evidence
+    );
+    assert!(
+        xid.evidence.contains("40 kernel-log records were lost"),
+        "{}",
+        xid.evidence
+    );
+    assert_eq!(xid.class, Class::Warn);
+}
+
+#[test]
+fn an_interfered_probe_warns_and_never_drains() {
+    let (mut inputs, mut expect) = healthy();
+    inputs.mounts[0].writable = Err(Gap::Interfered("/fsx: probe names taken".into()));
+    inputs.checkpoint = Err(Gap::Interfered("/fsx/ckpt: a symlink".into()));
+    expect.checkpoint_floor_mbps = Some(100.0);
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
+    for id in ["storage.writable", "storage.checkpoint_bandwidth"] {
+        let c = r.checks.iter().find(|c| c.id == id).expect("check");
+        assert_eq!(c.class, Class::Warn, "{id}: {c:?}");
     }
 }

@@ -99,7 +99,7 @@ impl NvmlArgs {
                     Gap::Timeout { after_ms } => {
                         format!("NVML did not answer within {after_ms} ms")
                     }
-                    Gap::Failed(why) | Gap::Skipped(why) => why,
+                    Gap::Failed(why) | Gap::Skipped(why) | Gap::Interfered(why) => why,
                 };
                 eprintln!("gpu-affinity: {what} not read: {why}");
                 Ok(None)
