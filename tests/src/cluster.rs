@@ -837,6 +837,11 @@ impl Cluster {
             .map(|_| self.path.join("spool").join(node).join("conf-cache"))
     }
 
+    /// The prefix a source-built series runs from (`/opt/slurm`); `None` otherwise.
+    pub fn series_install(&self) -> Option<&Path> {
+        self.series.install.as_deref()
+    }
+
     /// The Debian root this series' daemons run from; `None` for the machine's own.
     pub fn series_root(&self) -> Option<&Path> {
         self.series.root.as_ref().map(|r| r.dir())

@@ -161,6 +161,17 @@ fn two_node_step(cluster: &Cluster, options: &[&str], nodes: &str, command: &str
         .expect("run srun")
 }
 
+/// A series that reads topology.yaml (25.05+): the one under test when it does (25.11,
+/// 26.05), else 26.05.
+fn yaml_series() -> String {
+    let series = this_series();
+    if series.as_str() >= "25.05" {
+        series
+    } else {
+        "26.05".to_owned()
+    }
+}
+
 /// The series the cluster will run (the harness's choice), to generate files for.
 fn this_series() -> String {
     SlurmSeries::from_env().map_or_else(|_| SlurmSeries::host().name, |s| s.name)
@@ -439,13 +450,13 @@ fn block_topology_conf_loads_on_24_11() {
 }
 
 #[test]
-fn topology_yaml_loads_on_26_05() {
+fn topology_yaml_loads_on_25_05_and_later() {
     let work = tempfile::tempdir().expect("tempdir");
     let yaml = topology("yaml", work.path());
     let Some(cluster) = start(
-        "topology_yaml_loads_on_26_05",
+        "topology_yaml_loads_on_25_05_and_later",
         ClusterBuilder::new()
-            .slurm_series("26.05")
+            .slurm_series(&yaml_series())
             .gpus(0)
             .conf_file("topology.yaml", &yaml),
     ) else {
@@ -646,7 +657,7 @@ fn srun_refuses_a_strict_step_across_blocks_before_launch() {
 /// do here: slurmctld itself refuses a two-node job across two-node blocks, measured:
 /// "Requested node configuration is not available".)
 #[test]
-fn the_partition_topology_decides_on_26_05() {
+fn the_partition_topology_decides_on_25_05_and_later() {
     let yaml = r#"- topology: wide
   cluster_default: true
   flat: true
@@ -664,9 +675,9 @@ fn the_partition_topology_decides_on_26_05() {
         &fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
     );
     let Some(cluster) = start(
-        "the_partition_topology_decides_on_26_05",
+        "the_partition_topology_decides_on_25_05_and_later",
         ClusterBuilder::new()
-            .slurm_series("26.05")
+            .slurm_series(&yaml_series())
             .machine(m)
             .plugin_arg("default", "strict")
             .conf_file("topology.yaml", yaml)
@@ -987,7 +998,9 @@ fn generated_topologies_with_unplaced_nodes_load_on_this_series() {
             let lines: Vec<&str> = text.lines().map(str::trim).collect();
             assert!(
                 text.contains("BlockSizes=1,2")
-                    || lines.windows(3).any(|w| w == ["block_sizes:", "- 1", "- 2"]),
+                    || lines
+                        .windows(3)
+                        .any(|w| w == ["block_sizes:", "- 1", "- 2"]),
                 "{text}"
             );
         }

@@ -36,7 +36,8 @@ node has the topology of a catalog machine, runs one task per GPU with
 --emulate reports the machine's full CPU count to Slurm instead of folding its NUMA
 nodes onto this machine's CPUs (use with --mode prefer: the CPUs do not exist here).
 --slurm SERIES runs that Slurm series' daemons (22.05 here; 24.11 and 26.05 from
-Debian roots made by scripts/slurm-root) with the plugin built for it.
+Debian roots made by scripts/slurm-root; 25.11 from /opt/slurm, SchedMD's source built
+by scripts/slurm-from-source) with the plugin built for it.
 Runs as root; needs slurmctld, slurmd, slurm-client and munge (scripts/setup-debian).";
 
 fn parse_args() -> std::result::Result<Args, String> {
@@ -148,10 +149,10 @@ fn run(args: &Args) -> Result<bool> {
     let (major, minor, patch) = cluster.slurm_version();
     println!(
         "   Slurm {major}.{minor:02}.{patch} ({}), plugin {}",
-        if cluster.series_root().is_some() {
-            "daemons from its Debian root"
-        } else {
-            "this machine's own daemons"
+        match (cluster.series_root(), cluster.series_install()) {
+            (Some(_), _) => "daemons from its Debian root".to_owned(),
+            (None, Some(prefix)) => format!("daemons from {}", prefix.display()),
+            (None, None) => "this machine's own daemons".to_owned(),
         },
         cluster
             .plugin_path()
