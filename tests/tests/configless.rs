@@ -3,7 +3,8 @@
 //! fetches slurm.conf, plugstack.conf, gres.conf, cgroup.conf and topology.conf from
 //! slurmctld into its conf-cache. The plugin in slurmstepd then finds its plugstack line,
 //! Slurm's GPU numbering and the placement topology there, never in the controller's
-//! directory. Runs on every series (`GPU_AFFINITY_SLURM_SERIES`); the prolog's side is
+//! directory. Runs on the series under test from 24.11 (`GPU_AFFINITY_SLURM_SERIES`; 22.05 has
+//! no `slurmd --authinfo`, see `ClusterBuilder::start_or_skip`); the prolog's side is
 //! in health.rs.
 
 mod common;
