@@ -703,6 +703,14 @@ fn a_configless_nodes_prolog_drains_with_the_suites_reason() {
     };
     let cache = c.conf_cache(c.node()).expect("conf-cache");
     assert!(cache.join("slurm.conf").is_file(), "{}", c.log_tails());
+    if c.series_install().is_some() {
+        // The trap this guards against: another series' clients first in the usual
+        // prefixes (Debian's 22.05 here), which cannot talk to this slurmctld.
+        assert!(
+            std::path::Path::new("/usr/bin/sinfo").is_file(),
+            "the 25.11 pass runs beside Debian's 22.05 clients in /usr/bin"
+        );
+    }
     let ok = c
         .client(&["srun", "-n1", "hostname"], &ClientOptions::bounded(30))
         .expect("srun");
