@@ -24,6 +24,7 @@ pub const PANIC_HOOKS: &[&str] = &[
     "init",
     "init_post_opt",
     "user_init",
+    "local_user_init",
     "task_post_fork",
     "task_init",
     "exit",

@@ -14,6 +14,7 @@ fn hook_names_are_slurms() {
         Hook::Init,
         Hook::InitPostOpt,
         Hook::UserInit,
+        Hook::LocalUserInit,
         Hook::TaskPostFork,
         Hook::TaskInit,
         Hook::Exit,
@@ -26,6 +27,7 @@ fn hook_names_are_slurms() {
             "init",
             "init_post_opt",
             "user_init",
+            "local_user_init",
             "task_post_fork",
             "task_init",
             "exit"
@@ -58,6 +60,30 @@ fn test_panic_panics_in_the_named_remote_hook_and_the_guard_contains_it() {
     let local = FakeHost::new(Context::Local);
     let rc = crate::guard::run("user_init", || {
         dispatch(&plugin, Hook::UserInit, &local, &no_os(), &[])
+    });
+    assert_eq!(rc, 0);
+}
+
+/// srun's local_user_init panics in srun (its own context), not in slurmstepd.
+#[cfg(feature = "panic-test")]
+#[test]
+fn test_panic_in_local_user_init_panics_in_srun() {
+    let plugin = remote_plugin(&["test_panic=local_user_init"]);
+    let local = FakeHost::new(Context::Local);
+    logger::take();
+    let rc = crate::guard::run("local_user_init", || {
+        dispatch(&plugin, Hook::LocalUserInit, &local, &no_os(), &[])
+    });
+    assert_eq!(rc, -1);
+    assert!(
+        logger::take()
+            .iter()
+            .any(|(_, l)| l
+                .contains("internal error in local_user_init: test_panic=local_user_init"))
+    );
+    let remote = gpu_host(&[]);
+    let rc = crate::guard::run("local_user_init", || {
+        dispatch(&plugin, Hook::LocalUserInit, &remote, &no_os(), &[])
     });
     assert_eq!(rc, 0);
 }
