@@ -557,7 +557,7 @@ fn exit_code(program: Program, o: &Outcome, dry_run: bool) -> i32 {
     }
     match &o.action {
         Action::HeldBack(_) => 0,
-        Action::Leave(why) if why.contains("unreadable") || why.contains("not in sinfo") => 0,
+        Action::Leave(why) if why.state_unknown() => 0,
         _ => 1,
     }
 }
@@ -584,7 +584,7 @@ fn describe(a: &Action) -> String {
     match a {
         Action::Set { state, reason } => format!("set state={state} reason={reason}"),
         Action::Resume => "resumed".into(),
-        Action::Leave(why) => why.clone(),
+        Action::Leave(why) => why.to_string(),
         Action::HeldBack(why) => why.clone(),
     }
 }
