@@ -22,6 +22,7 @@ pub mod numa;
 pub mod pci;
 pub mod plugin_env;
 pub mod ranges;
+pub mod sample_config;
 pub mod slurm;
 pub mod solver;
 pub mod sources;

@@ -161,6 +161,22 @@ pub fn job_gpus(numbering: &SlurmGpus, env: Option<&str>) -> Result<Option<JobGp
     Ok(Some(JobGpus { ids, pci }))
 }
 
+/// `root`: the filesystem root the checks read; "/" unset.
+fn root_of(c: &Config) -> PathBuf {
+    c.health.root.clone().unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// `state_dir`, else [`state::DEFAULT_STATE_DIR`].
+fn state_dir_of(c: &Config) -> PathBuf {
+    c.health
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR))
+}
+
+/// `[fabric] flap_strikes` unset.
+const DEFAULT_FLAP_STRIKES: u32 = 3;
+
 fn expect_of(c: &Config) -> Expect {
     let h = &c.health;
     Expect {
@@ -170,7 +186,7 @@ fn expect_of(c: &Config) -> Expect {
         port_rate_gbps: h.port_rate_gbps,
         persistence: h.persistence,
         driver: h.driver.clone(),
-        flap_strikes: h.flap_strikes.unwrap_or(3),
+        flap_strikes: h.flap_strikes.unwrap_or(DEFAULT_FLAP_STRIKES),
         leftover_memory_mib: h
             .leftover_memory_mib
             .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
@@ -218,11 +234,7 @@ pub fn pass(
     gpu_affinity::health::PassState,
     Option<Vec<u32>>,
 ) {
-    let root = cfg
-        .health
-        .root
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/"));
+    let root = root_of(cfg);
     let ms = Duration::from_millis;
     let r = root.clone();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
@@ -236,11 +248,7 @@ pub fn pass(
     };
     let r = root.clone();
     let kmsg = bounded::start(ms(KMSG_BOUND_MS), move || readers::read_kmsg(&r));
-    let dir = cfg
-        .health
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
+    let dir = state_dir_of(cfg);
     let prev = state::load(&dir, state::owner());
     let job = job_id();
     // Writing a checkpoint-sized file is for the passes between jobs, not every job's
@@ -453,11 +461,7 @@ pub fn main(program: Program) -> ! {
         },
         None => Config::default(),
     };
-    let dir = cfg
-        .health
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
+    let dir = state_dir_of(&cfg);
     if let Err(e) = state::ensure_dir(&dir) {
         log_line(program, &e);
     }
@@ -615,6 +619,30 @@ mod tests {
     use super::*;
     use gpu_affinity::slurm::gpu_ids::minor_from_name;
     use gpu_affinity::slurm::gres_conf;
+
+    /// The shipped sample with every setting uncommented, read as the binaries read it,
+    /// is what they do with no config at all.
+    #[test]
+    fn the_shipped_sample_uncommented_is_the_defaults() {
+        use gpu_affinity::sample_config;
+        use std::os::unix::fs::MetadataExt;
+        let text = sample_config::uncommented(sample_config::TEXT).expect("sample convention");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, text).expect("write");
+        let owner = std::fs::metadata(&path).expect("stat").uid();
+        let c = config::read_trusted(&path, owner).expect("the uncommented sample is read");
+        let none = Config::default();
+        assert_eq!(expect_of(&c), expect_of(&none));
+        assert_eq!(policy_of(&c), policy_of(&none));
+        assert_eq!(root_of(&c), root_of(&none));
+        assert_eq!(state_dir_of(&c), state_dir_of(&none));
+        assert_eq!(
+            c.health.nvml_library.as_deref(),
+            Some(Path::new(crate::nvml::DEFAULT_LIBRARY))
+        );
+        assert_eq!(c.health.nvml, Some(true));
+    }
 
     fn numbering(gres: &str) -> (gpu_affinity::model::Machine, SlurmGpus) {
         let m = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");

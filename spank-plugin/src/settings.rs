@@ -338,6 +338,23 @@ mod tests {
         assert!(s.live());
     }
 
+    /// The shipped sample with every setting uncommented is the built-in defaults.
+    #[test]
+    fn the_shipped_sample_uncommented_is_the_defaults() {
+        use gpu_affinity::sample_config;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = sample_config::uncommented(sample_config::TEXT).expect("sample convention");
+        let p = write_config(dir.path(), &text, 0o644);
+        let s = settings(&Args::default(), &p, uid()).expect("the uncommented sample is read");
+        assert_eq!(
+            s,
+            Settings {
+                config: Some(p),
+                ..Settings::default()
+            }
+        );
+    }
+
     fn write_config(dir: &Path, text: &str, mode: u32) -> PathBuf {
         let p = dir.join("config.toml");
         std::fs::write(&p, text).expect("write config");
