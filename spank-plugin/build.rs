@@ -22,6 +22,13 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+// core's one parser of Slurm's version texts, compiled here too (it imports nothing).
+#[allow(dead_code)]
+#[path = "../core/src/slurm/version.rs"]
+mod version;
+
+use version::{Series, built_for_marker, version_number};
+
 /// The functions `spank.rs` and `logger.rs` call; all must be declared by the header.
 const REQUIRED_FUNCTIONS: &[&str] = &[
     "spank_context",
@@ -46,6 +53,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed={SERIES_ENV}");
     println!("cargo:rerun-if-env-changed={UPDATE_ENV}");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../core/src/slurm/version.rs");
     println!("cargo:rerun-if-changed={FINGERPRINT_FILE}");
     println!("cargo::rustc-check-cfg=cfg(spank_init_failure_mode)");
 
@@ -103,13 +111,15 @@ fn main() {
     };
     let description = if series == header_series {
         format!(
-            "Slurm {series} (headers {}, {})",
+            "{}{}, {})",
+            built_for_marker(series),
             dotted(header_version),
             include_dir.display()
         )
     } else {
         format!(
-            "Slurm {series} (headers {} from {}, SPANK declarations equal to {series}'s recorded fingerprint {:016x})",
+            "{}{} from {}, SPANK declarations equal to {series}'s recorded fingerprint {:016x})",
+            built_for_marker(series),
             dotted(header_version),
             include_dir.display(),
             found.digest()
@@ -194,55 +204,8 @@ fn die(msg: &str) -> ! {
     std::process::exit(1);
 }
 
-/// A Slurm release series, `MAJOR.MINOR` (what the plugin loader compares).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Series {
-    major: u32,
-    minor: u32,
-}
-
-impl Series {
-    fn of(version_number: u32) -> Self {
-        Self {
-            major: (version_number >> 16) & 0xff,
-            minor: (version_number >> 8) & 0xff,
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        let (major, minor) = text.trim().split_once('.')?;
-        let (major, minor) = (major.parse().ok()?, minor.parse().ok()?);
-        (major <= 0xff && minor <= 0xff).then_some(Self { major, minor })
-    }
-
-    fn version_number(self) -> u32 {
-        (self.major << 16) | (self.minor << 8)
-    }
-}
-
-impl std::fmt::Display for Series {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{:02}", self.major, self.minor)
-    }
-}
-
 fn dotted(v: u32) -> String {
     format!("{}.{:02}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff)
-}
-
-/// `#define SLURM_VERSION_NUMBER 0x160508` -> 0x160508.
-fn version_number(header: &str) -> Option<u32> {
-    header.lines().find_map(|line| {
-        let mut words = line.split_whitespace();
-        if words.next()? != "#define" || words.next()? != "SLURM_VERSION_NUMBER" {
-            return None;
-        }
-        let value = words.next()?;
-        let hex = value
-            .strip_prefix("0x")
-            .or_else(|| value.strip_prefix("0X"))?;
-        u32::from_str_radix(hex, 16).ok()
-    })
 }
 
 /// True when the header declares `name (` or `name(` outside a comment line.

@@ -16,7 +16,8 @@
 //! profiles_dir = "/etc/gpu-affinity/profiles.d"
 //! ```
 //!
-//! [health]-side tables, read by gpu-affinity-prolog, -epilog and -health (defaults shown):
+//! [health]-side tables, read by gpu-affinity-prolog, -epilog and -health (examples; the
+//! defaults are in packaging/config.toml, checked by `sample_config`'s tests):
 //!
 //! ```toml
 //! root = "/"                    # filesystem root the health checks read (kmsg: ROOT/dev/kmsg)
@@ -30,7 +31,8 @@
 //! leftover_memory_mib = 1024    # epilog: MiB a GPU may hold with no process left (warn above)
 //!
 //! [nvml]
-//! library = "libnvidia-ml.so.1" # loaded at run time
+//! library = "libnvidia-ml.so.1" # loaded at run time: an absolute path, or a file name
+//!                               # the dynamic loader finds
 //!
 //! [fabric]
 //! expected_nics = 32            # unset: the detected instance type's catalog count, if any
@@ -595,6 +597,23 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
     };
     let path =
         |key: &str, value: &Option<Spanned<String>>| absolute(key, value, "an absolute path");
+    // A library: an absolute path, or a bare file name the dynamic loader finds in its
+    // own root-set search path, as the default `libnvidia-ml.so.1` is found. Never a
+    // relative path (it would name a file under slurmd's cwd).
+    let library = |key: &str, value: &Option<Spanned<String>>| {
+        value
+            .as_ref()
+            .map(|v| {
+                let name = v.get_ref();
+                let bare = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
+                if bare || Path::new(name).is_absolute() {
+                    Ok(PathBuf::from(name))
+                } else {
+                    Err(bad(key, v, "an absolute path or a library file name"))
+                }
+            })
+            .transpose()
+    };
     let max_share = checked_float(
         &at,
         "[drain] max_share",
@@ -638,7 +657,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         persistence: doc.gpu.persistence,
         driver: doc.gpu.driver,
         leftover_memory_mib: count("[gpu] leftover_memory_mib", &doc.gpu.leftover_memory_mib)?,
-        nvml_library: path("[nvml] library", &doc.nvml.library)?,
+        nvml_library: library("[nvml] library", &doc.nvml.library)?,
         expected_nics: count("[fabric] expected_nics", &doc.fabric.expected_nics)?,
         port_rate_gbps,
         flap_strikes: count("[fabric] flap_strikes", &doc.fabric.flap_strikes)?,
@@ -1249,5 +1268,28 @@ mod tests {
             .set(&mut c, "4294967296")
             .expect_err("over u32");
         assert_eq!(e.key, "switch_level");
+    }
+
+    #[test]
+    fn the_nvml_library_is_absolute_or_a_file_name_the_loader_finds() {
+        let lib =
+            |v: &str| parse(&format!("[nvml]\nlibrary = '{v}'\n")).map(|c| c.health.nvml_library);
+        assert_eq!(
+            lib("libnvidia-ml.so.1"),
+            Ok(Some(PathBuf::from("libnvidia-ml.so.1")))
+        );
+        assert_eq!(
+            lib("/usr/lib64/libnvidia-ml.so.1"),
+            Ok(Some(PathBuf::from("/usr/lib64/libnvidia-ml.so.1")))
+        );
+        for bad in ["lib/libnvidia-ml.so.1", "./libnvidia-ml.so.1", "", ".."] {
+            let e = lib(bad).expect_err(bad).to_string();
+            assert!(
+                e.ends_with(&format!(
+                    "[nvml] library = '{bad}' is invalid: expected an absolute path or a library file name"
+                )),
+                "{e}"
+            );
+        }
     }
 }

@@ -23,6 +23,7 @@ pub mod pci;
 pub mod plugin_env;
 pub mod ranges;
 pub mod safe_dir;
+pub mod sample_config;
 pub mod slurm;
 pub mod solver;
 pub mod sources;

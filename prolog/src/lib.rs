@@ -9,3 +9,4 @@ pub mod readers;
 pub mod run;
 pub mod slurm;
 pub mod state;
+pub mod version;

@@ -41,41 +41,61 @@ impl Program {
     }
 }
 
-#[derive(Debug, Default)]
+/// The node programs' command line (their man pages' SYNOPSIS).
+#[derive(clap::Parser, Debug, Default)]
+#[command(disable_version_flag = true)]
 pub struct Args {
+    /// Print the verdicts as JSON.
+    #[arg(long)]
     pub json: bool,
+    /// Check and report; drain or resume nothing.
+    #[arg(long)]
     pub dry_run: bool,
+    /// The admin config (default /etc/gpu-affinity/config.toml; root-owned).
+    #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
-    /// `--bench N`: time N whole-process dry-run passes of this binary.
+    /// Time N whole-process dry-run passes of this binary (median, min, max).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub bench: Option<u32>,
+    /// Print the version and the Slurm series of the installed plugin.
+    #[arg(short = 'V', long)]
+    pub version: bool,
 }
 
-pub fn parse_args(args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut out = Args::default();
-    let mut args = args.peekable();
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--json" => out.json = true,
-            "--dry-run" => out.dry_run = true,
-            "--config" => out.config = Some(args.next().ok_or("--config needs a path")?.into()),
-            s if s.starts_with("--config=") => out.config = Some(s["--config=".len()..].into()),
-            "--bench" => {
-                let n = args.next().ok_or("--bench needs a run count")?;
-                out.bench = Some(
-                    n.parse()
-                        .ok()
-                        .filter(|n| (1..=10_000).contains(n))
-                        .ok_or(format!("--bench {n}: expected 1..10000 runs"))?,
-                );
+impl Program {
+    /// One line for `--help`.
+    pub fn about(self) -> &'static str {
+        match self {
+            Program::Prolog => {
+                "Slurm Prolog=: check the node before a job; drain a failing node with a reason the suite owns"
             }
-            other => {
-                return Err(format!(
-                    "unknown argument '{other}' (--json, --dry-run, --config PATH, --bench N)"
-                ));
+            Program::Epilog => {
+                "Slurm Epilog=: check the node after a job; drain it when a check fails"
+            }
+            Program::Health => {
+                "Slurm HealthCheckProgram=: check the node between jobs; resume a node the suite drained once it passes again"
             }
         }
     }
-    Ok(out)
+}
+
+/// The command line of `program` (`--help`, `--version` included).
+pub fn command(program: Program) -> clap::Command {
+    <Args as clap::CommandFactory>::command()
+        .name(program.name())
+        // Not argv[0]: recipes link the prolog into prolog.d under another name.
+        .bin_name(program.name())
+        .about(program.about())
+}
+
+/// Parse `argv` (program name first). `Err`: clap's error, which prints `--help` too.
+pub fn parse_args<I, T>(program: Program, argv: I) -> Result<Args, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = command(program).try_get_matches_from(argv)?;
+    <Args as clap::FromArgMatches>::from_arg_matches(&matches)
 }
 
 /// The whole run's bound: every reader runs in parallel under its own bound, then sinfo
@@ -181,6 +201,22 @@ pub fn job_gpus(numbering: &SlurmGpus, env: Option<&str>) -> Result<Option<JobGp
     Ok(Some(JobGpus { ids, pci }))
 }
 
+/// `root`: the filesystem root the checks read; "/" unset.
+fn root_of(c: &Config) -> PathBuf {
+    c.health.root.clone().unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// `state_dir`, else [`state::DEFAULT_STATE_DIR`].
+fn state_dir_of(c: &Config) -> PathBuf {
+    c.health
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR))
+}
+
+/// `[fabric] flap_strikes` unset.
+const DEFAULT_FLAP_STRIKES: u32 = 3;
+
 fn expect_of(c: &Config) -> Expect {
     let h = &c.health;
     Expect {
@@ -190,7 +226,7 @@ fn expect_of(c: &Config) -> Expect {
         port_rate_gbps: h.port_rate_gbps,
         persistence: h.persistence,
         driver: h.driver.clone(),
-        flap_strikes: h.flap_strikes.unwrap_or(3),
+        flap_strikes: h.flap_strikes.unwrap_or(DEFAULT_FLAP_STRIKES),
         leftover_memory_mib: h
             .leftover_memory_mib
             .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
@@ -239,11 +275,7 @@ pub fn pass(
     gpu_affinity::health::PassState,
     Option<Vec<u32>>,
 ) {
-    let root = cfg
-        .health
-        .root
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/"));
+    let root = root_of(cfg);
     let ms = Duration::from_millis;
     let r = root.clone();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
@@ -438,10 +470,17 @@ fn bench(program: Program, args: &Args, runs: u32) -> ! {
 /// The binaries' `main`: never returns.
 pub fn main(program: Program) -> ! {
     let started = Instant::now();
+    let args = match parse_args(program, std::env::args_os()) {
+        Ok(a) => a,
+        // --help, a usage error: clap prints it (stdout or stderr) and exits 0 or 2.
+        Err(e) => e.exit(),
+    };
+    if args.version {
+        print!("{}", crate::version::text(program.name(), Path::new("/")));
+        std::process::exit(0);
+    }
     // Before the watchdog: a bench outlives one pass's bound (each pass has its own).
-    if let Ok(args) = parse_args(std::env::args().skip(1))
-        && let Some(runs) = args.bench
-    {
+    if let Some(runs) = args.bench {
         bench(program, &args, runs);
     }
     // Exit non-zero only from the prolog/epilog's own decision; a watchdog exit is a bug and
@@ -451,13 +490,6 @@ pub fn main(program: Program) -> ! {
         program.name(),
         if program == Program::Health { 0 } else { 1 },
     );
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            log_line(program, &e);
-            std::process::exit(2);
-        }
-    };
     let cfg = match config::locate(args.config.as_deref(), Path::new(DEFAULT_CONFIG)) {
         Some(path) => match config::read_trusted(&path, state::owner()) {
             Ok(c) => c,
@@ -552,12 +584,7 @@ pub fn main(program: Program) -> ! {
 /// verdict without the shared state (no previous pass, no job mark, nothing saved, no
 /// dcgm mapping change, which needs the lock).
 fn shared_state(cfg: &Config) -> Result<(gpu_affinity::safe_dir::SafeDir, state::RunLock), String> {
-    let path = cfg
-        .health
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR));
-    let dir = state::open_dir(&path)?;
+    let dir = state::open_dir(&state_dir_of(cfg))?;
     let lock = state::lock(&dir, LOCK_WAIT)?;
     Ok((dir, lock))
 }
@@ -639,7 +666,7 @@ fn describe(a: &Action) -> String {
     match a {
         Action::Set { state, reason } => format!("set state={state} reason={reason}"),
         Action::Resume => "resumed".into(),
-        Action::Leave(why) => why.clone(),
+        Action::Leave(why) => why.to_string(),
         Action::HeldBack(why) => why.clone(),
     }
 }
@@ -650,6 +677,16 @@ fn print(program: Program, args: &Args, node: &str, o: &Outcome) {
     }
     if let Err(e) = &o.applied {
         log_line(program, &format!("scontrol: {e}"));
+    }
+    if let Action::Leave(why) = &o.action
+        && why.state_unknown()
+        && o.report.verdict == Verdict::Drain
+        && program != Program::Health
+    {
+        log_line(
+            program,
+            &format!("cannot drain {node} ({why}): failing so that Slurm keeps the job off it"),
+        );
     }
     if args.json {
         println!("{}", json(o));
@@ -670,6 +707,120 @@ mod tests {
     use super::*;
     use gpu_affinity::slurm::gpu_ids::minor_from_name;
     use gpu_affinity::slurm::gres_conf;
+
+    /// The shipped sample with every setting uncommented, read as the binaries read it,
+    /// is what they do with no config at all.
+    #[test]
+    fn the_shipped_sample_uncommented_is_the_defaults() {
+        use gpu_affinity::sample_config;
+        use std::os::unix::fs::MetadataExt;
+        let text = sample_config::uncommented(sample_config::TEXT).expect("sample convention");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, text).expect("write");
+        let owner = std::fs::metadata(&path).expect("stat").uid();
+        let c = config::read_trusted(&path, owner).expect("the uncommented sample is read");
+        let none = Config::default();
+        assert_eq!(expect_of(&c), expect_of(&none));
+        assert_eq!(policy_of(&c), policy_of(&none));
+        assert_eq!(root_of(&c), root_of(&none));
+        assert_eq!(state_dir_of(&c), state_dir_of(&none));
+        assert_eq!(
+            c.health.nvml_library.as_deref(),
+            Some(Path::new(crate::nvml::DEFAULT_LIBRARY))
+        );
+        assert_eq!(c.health.nvml, Some(true));
+    }
+
+    /// The options a man page's SYNOPSIS names (`\-\-json`, `\-V`).
+    fn synopsis_options(page: &str) -> Vec<String> {
+        let synopsis = page
+            .split_once(".SH SYNOPSIS")
+            .and_then(|(_, rest)| rest.split_once("\n.SH "))
+            .map(|(s, _)| s)
+            .expect("SYNOPSIS");
+        let mut found: Vec<String> = synopsis
+            .split(|c: char| c.is_whitespace() || "[]{}|".contains(c))
+            .filter_map(|w| w.strip_prefix("\\-"))
+            .map(|w| {
+                let w = w.replace("\\-", "-");
+                format!(
+                    "-{}",
+                    w.trim_matches(|c: char| !(c.is_alphanumeric() || c == '-'))
+                )
+            })
+            .collect();
+        found.sort();
+        found.dedup();
+        found
+    }
+
+    #[test]
+    fn each_man_page_synopsis_is_the_command_line() {
+        let pages = [
+            (
+                Program::Prolog,
+                include_str!("../../packaging/man/gpu-affinity-prolog.8"),
+            ),
+            (
+                Program::Epilog,
+                include_str!("../../packaging/man/gpu-affinity-epilog.8"),
+            ),
+            (
+                Program::Health,
+                include_str!("../../packaging/man/gpu-affinity-health.8"),
+            ),
+        ];
+        for (program, page) in pages {
+            let mut cmd = command(program);
+            cmd.build();
+            let mut options: Vec<String> = cmd
+                .get_arguments()
+                .flat_map(|a| {
+                    let long = a.get_long().map(|l| format!("--{l}"));
+                    let short = a.get_short().map(|c| format!("-{c}"));
+                    long.into_iter().chain(short)
+                })
+                .collect();
+            options.sort();
+            assert_eq!(synopsis_options(page), options, "{}", program.name());
+            assert!(page.contains(&format!(
+                ".B /usr/libexec/gpu-affinity/{}\n",
+                program.name()
+            )));
+        }
+    }
+
+    #[test]
+    fn the_command_line_parses_as_the_man_pages_say() {
+        let a = parse_args(
+            Program::Prolog,
+            ["p", "--json", "--config=/etc/x.toml", "--dry-run"],
+        )
+        .expect("args");
+        assert!(a.json && a.dry_run && !a.version);
+        assert_eq!(a.config.as_deref(), Some(Path::new("/etc/x.toml")));
+        let a =
+            parse_args(Program::Health, ["h", "--bench", "30", "--config", "/c"]).expect("args");
+        assert_eq!(a.bench, Some(30));
+        assert!(
+            parse_args(Program::Epilog, ["e", "-V"])
+                .expect("args")
+                .version
+        );
+        for bad in [
+            &["e", "--bench", "0"][..],
+            &["e", "--bogus"],
+            &["e", "--config"],
+        ] {
+            let e = parse_args(Program::Epilog, bad.iter().copied()).expect_err("refused");
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+        let help = parse_args(Program::Prolog, ["p", "--help"]).expect_err("help");
+        assert_eq!(help.kind(), clap::error::ErrorKind::DisplayHelp);
+        let help = help.to_string();
+        assert!(help.contains("gpu-affinity-prolog [OPTIONS]"), "{help}");
+    }
 
     fn numbering(gres: &str) -> (gpu_affinity::model::Machine, SlurmGpus) {
         let m = gpu_affinity::catalog::machine("p5.48xlarge").expect("catalog");

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use gpu_affinity::atomic;
-use gpu_affinity::slurm::{conf_write, read};
+use gpu_affinity::slurm::{conf_write, read, version};
 use serde::{Deserialize, Serialize};
 use wait_timeout::ChildExt;
 
@@ -101,27 +101,6 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> CliError {
     CliError(format!("{what} {}: {e}", path.display()))
 }
 
-/// `MAJOR.MINOR` from slurm_version.h's `SLURM_VERSION_NUMBER 0xMMmmpp`.
-pub fn series_from_version_header(text: &str) -> Option<String> {
-    let value = text.lines().find_map(|l| {
-        let mut words = l.split_whitespace();
-        (words.next() == Some("#define") && words.next() == Some("SLURM_VERSION_NUMBER"))
-            .then(|| words.next())
-            .flatten()
-    })?;
-    let n = u32::from_str_radix(value.trim_start_matches("0x"), 16).ok()?;
-    Some(format!("{}.{:02}", n >> 16 & 0xff, n >> 8 & 0xff))
-}
-
-/// `MAJOR.MINOR` from `slurmd -V` / `srun --version` output (`slurm 24.11.5`, `slurm-wlm 22.05.8`).
-pub fn series_from_slurmd_version(text: &str) -> Option<String> {
-    let version = text.split_whitespace().nth(1)?;
-    let mut parts = version.split('.');
-    let major: u32 = parts.next()?.parse().ok()?;
-    let minor: u32 = parts.next()?.parse().ok()?;
-    Some(format!("{major}.{minor:02}"))
-}
-
 /// `PROGRAM FLAG` (`slurmd -V`, `srun --version`) with an argument vector and a bound.
 fn run_version(program: &Path, flag: &str) -> Result<String, CliError> {
     let what = format!("{} {flag}", program.display());
@@ -154,13 +133,13 @@ fn run_version(program: &Path, flag: &str) -> Result<String, CliError> {
 pub(crate) fn find_series(real_prefix: &Path) -> Result<(String, String), CliError> {
     let header = real_prefix.join("include/slurm/slurm_version.h");
     if let Ok(text) = fs::read_to_string(&header) {
-        let series = series_from_version_header(&text).ok_or_else(|| {
+        let series = version::series_of_header(&text).ok_or_else(|| {
             CliError(format!(
                 "{}: no SLURM_VERSION_NUMBER line",
                 header.display()
             ))
         })?;
-        return Ok((series, header.display().to_string()));
+        return Ok((series.to_string(), header.display().to_string()));
     }
     // Compute nodes have slurmd; login nodes (which need the plugin too) may have only srun.
     let programs = [("sbin/slurmd", "-V"), ("bin/srun", "--version")];
@@ -175,26 +154,19 @@ pub(crate) fn find_series(real_prefix: &Path) -> Result<(String, String), CliErr
         )));
     };
     let out = run_version(&program, flag)?;
-    let series = series_from_slurmd_version(&out).ok_or_else(|| {
+    let series = version::series_of_version_output(&out).ok_or_else(|| {
         CliError(format!(
             "{} {flag} printed {:?}, not a Slurm version",
             program.display(),
             out.trim()
         ))
     })?;
-    Ok((series, format!("{} {flag}", program.display())))
+    Ok((series.to_string(), format!("{} {flag}", program.display())))
 }
 
-/// Slurm's plugin dir under a prefix: source builds use lib/slurm, EL RPMs lib64/slurm,
-/// Debian lib/<multiarch>/slurm-wlm, SchedMD's debs lib/<multiarch>/slurm.
+/// Slurm's plugin dir under a prefix (core's `version::plugin_dirs`, in that order).
 fn find_plugin_dir(real_prefix: &Path) -> Result<PathBuf, CliError> {
-    let multiarch = multiarch();
-    let candidates = [
-        "lib/slurm".to_owned(),
-        "lib64/slurm".to_owned(),
-        format!("lib/{multiarch}/slurm-wlm"),
-        format!("lib/{multiarch}/slurm"),
-    ];
+    let candidates = version::plugin_dirs(version::multiarch());
     candidates
         .iter()
         .map(|c| real_prefix.join(c))
@@ -206,13 +178,6 @@ fn find_plugin_dir(real_prefix: &Path) -> Result<PathBuf, CliError> {
                 candidates.join(", ")
             ))
         })
-}
-
-fn multiarch() -> &'static str {
-    match std::env::consts::ARCH {
-        "aarch64" => "aarch64-linux-gnu",
-        _ => "x86_64-linux-gnu",
-    }
 }
 
 /// Slurm's config dir: a `/usr` install reads `../etc/slurm` (also true of a `usr` inside
@@ -290,7 +255,7 @@ fn find_plugstack(slurm_conf: &Path) -> Result<Plugstack, CliError> {
 }
 
 fn default_plugins_dir() -> PathBuf {
-    let deb = PathBuf::from(format!("/usr/lib/{}/gpu-affinity", multiarch()));
+    let deb = PathBuf::from(format!("/usr/lib/{}/gpu-affinity", version::multiarch()));
     if deb.is_dir() {
         deb
     } else {
@@ -748,26 +713,6 @@ pub fn uninstall(args: &Args) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn series_from_the_header_and_from_slurmd() {
-        let h = "#define SLURM_VERSION_NUMBER 0x180b05\n#define SLURM_VERSION_MAJOR 24\n";
-        assert_eq!(series_from_version_header(h).as_deref(), Some("24.11"));
-        assert_eq!(
-            series_from_version_header("#define SLURM_VERSION_NUMBER 0x160508").as_deref(),
-            Some("22.05")
-        );
-        assert_eq!(series_from_version_header("nothing"), None);
-        assert_eq!(
-            series_from_slurmd_version("slurm-wlm 22.05.8\n").as_deref(),
-            Some("22.05")
-        );
-        assert_eq!(
-            series_from_slurmd_version("slurm 25.11.0-0rc1\n").as_deref(),
-            Some("25.11")
-        );
-        assert_eq!(series_from_slurmd_version("garbage"), None);
-    }
 
     #[test]
     fn include_patterns() {

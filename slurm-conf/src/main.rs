@@ -24,12 +24,16 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "gpu-affinity",
-    version,
-    about = "GPU, NIC and NUMA placement for Slurm GPU nodes"
+    about = "GPU, NIC and NUMA placement for Slurm GPU nodes",
+    disable_version_flag = true,
+    arg_required_else_help = true
 )]
 struct Cli {
+    /// Print the version and the Slurm series of the installed plugin.
+    #[arg(short = 'V', long)]
+    version: bool,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -76,7 +80,18 @@ pub fn emit(text: &str) -> Result<(), CliError> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    let command = match cli.command {
+        Some(command) if !cli.version => command,
+        // No arguments at all print the help (arg_required_else_help): this is --version.
+        _ => {
+            print!(
+                "{}",
+                gpu_affinity_node::version::text("gpu-affinity", std::path::Path::new("/"))
+            );
+            return ExitCode::SUCCESS;
+        }
+    };
+    let result = match command {
         Command::Explain(args) => explain::run(&args),
         // Its own exit codes: 2 for bad input, 1 is a failed finding.
         Command::Audit(args) => return audit::run(&args),
@@ -97,5 +112,44 @@ fn main() -> ExitCode {
             eprintln!("gpu-affinity: {message}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// gpu-affinity(1)'s SYNOPSIS names every command and top-level option clap has.
+    #[test]
+    fn the_man_page_synopsis_is_the_command_line() {
+        let page = include_str!("../../packaging/man/gpu-affinity.1");
+        let synopsis = page
+            .split_once(".SH SYNOPSIS")
+            .and_then(|(_, rest)| rest.split_once("\n.SH "))
+            .map(|(s, _)| s)
+            .expect("SYNOPSIS");
+        let words: Vec<&str> = synopsis
+            .split(|c: char| c.is_whitespace() || "[]{}|".contains(c))
+            .collect();
+        let cli = Cli::command();
+        for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+            assert!(words.contains(&sub.get_name()), "{}", sub.get_name());
+        }
+        for word in ["\\-h", "\\-\\-help", "\\-V", "\\-\\-version"] {
+            assert!(words.contains(&word), "{word}");
+        }
+        let named = words.iter().filter(|w| w.starts_with("\\-")).count();
+        // Those four, and srun's --gpu-affinity.
+        assert_eq!(named, 5, "{words:?}");
+    }
+
+    #[test]
+    fn version_needs_no_command_and_wins_over_one() {
+        let cli = Cli::try_parse_from(["gpu-affinity", "--version"]).expect("--version");
+        assert!(cli.version && cli.command.is_none());
+        let cli = Cli::try_parse_from(["gpu-affinity", "-V", "machines"]).expect("-V machines");
+        assert!(cli.version);
+        assert!(Cli::try_parse_from(["gpu-affinity"]).is_err());
     }
 }

@@ -57,11 +57,16 @@ pub fn dispatch(
     result
 }
 
-/// `test_panic=HOOK` (feature `panic-test`): panic in slurmstepd inside HOOK, after its
-/// work, so the harness sees the guard turn it into a failed hook.
+/// `test_panic=HOOK` (feature `panic-test`): panic inside HOOK where it does its work
+/// (slurmstepd; `local_user_init` in srun), after that work, so the harness sees the
+/// guard turn it into a failed hook.
 #[cfg(feature = "panic-test")]
 fn panic_test(plugin: &Plugin, hook: Hook, context: Context) {
-    if context == Context::Remote && plugin.settings().test_panic.as_deref() == Some(hook.name()) {
+    let home = match hook {
+        Hook::LocalUserInit => Context::Local,
+        _ => Context::Remote,
+    };
+    if context == home && plugin.settings().test_panic.as_deref() == Some(hook.name()) {
         panic!("test_panic={} (panic-test build)", hook.name());
     }
 }

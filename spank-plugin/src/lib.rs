@@ -77,8 +77,9 @@
 //!   others; otherwise it is not used (a warning) and a topology is generated.
 //!
 //! Test builds (`--features panic-test`) also accept `test_panic=HOOK` (init,
-//! init_post_opt, user_init, task_post_fork, task_init, exit): slurmstepd panics inside
-//! that hook, and the guard must turn it into a failed hook.
+//! init_post_opt, user_init, local_user_init, task_post_fork, task_init, exit): the
+//! hook panics where it runs (slurmstepd; srun for local_user_init), and the guard must
+//! turn it into a failed hook.
 //!
 //! # Structure
 //!

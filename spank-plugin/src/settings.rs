@@ -24,6 +24,7 @@ pub const PANIC_HOOKS: &[&str] = &[
     "init",
     "init_post_opt",
     "user_init",
+    "local_user_init",
     "task_post_fork",
     "task_init",
     "exit",
@@ -335,6 +336,23 @@ mod tests {
             settings(&Args::default(), &dir.path().join("absent.toml"), uid()).expect("settings");
         assert_eq!(s, Settings::default());
         assert!(s.live());
+    }
+
+    /// The shipped sample with every setting uncommented is the built-in defaults.
+    #[test]
+    fn the_shipped_sample_uncommented_is_the_defaults() {
+        use gpu_affinity::sample_config;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = sample_config::uncommented(sample_config::TEXT).expect("sample convention");
+        let p = write_config(dir.path(), &text, 0o644);
+        let s = settings(&Args::default(), &p, uid()).expect("the uncommented sample is read");
+        assert_eq!(
+            s,
+            Settings {
+                config: Some(p),
+                ..Settings::default()
+            }
+        );
     }
 
     fn write_config(dir: &Path, text: &str, mode: u32) -> PathBuf {

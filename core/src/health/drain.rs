@@ -85,10 +85,54 @@ pub enum Action {
     Set { state: &'static str, reason: String },
     /// `scontrol update nodename=N state=resume`.
     Resume,
-    /// Nothing to do; the text says why (also why a drain was not written).
-    Leave(String),
+    /// Nothing to do, and why (also why a drain was not written).
+    Leave(Leave),
     /// The circuit breaker held a drain back: said loudly (log, JSON, metric).
     HeldBack(String),
+}
+
+/// Why a pass changes nothing in Slurm. Its text is the log's and the JSON's evidence.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Leave {
+    /// sinfo failed: the node's state is unknown.
+    #[error("node state unreadable (sinfo failed): changing nothing")]
+    StateUnreadable,
+    /// sinfo does not show this node.
+    #[error("node {0} not in sinfo: changing nothing")]
+    NotInSinfo(String),
+    /// A drain verdict on a node whose reason someone else wrote (Invariant 5).
+    #[error("reason '{0}' is not the suite's: kept")]
+    ForeignReason(String),
+    /// A drain verdict on a node the suite drained with this very reason.
+    #[error("already drained by the suite")]
+    AlreadyDrained,
+    /// A clean prolog/epilog pass: only the health program resumes.
+    #[error("prolog/epilog never resume")]
+    NeverResume,
+    /// A clean pass on a node someone else drained.
+    #[error("drained by someone else: left alone")]
+    DrainedByOther,
+    /// A clean pass and nothing to undo.
+    #[error("healthy")]
+    Healthy,
+    /// slurm-gcp's bare reason words: no owner, never resumed.
+    #[error("slurm-gcp reason words have no owner: not resumed")]
+    OwnerlessWords,
+    /// A clean pass on the suite's own drain, before `[drain] resume_after` of them.
+    #[error("clean pass {clean_passes} of {resume_after} before resuming")]
+    Waiting {
+        clean_passes: u32,
+        resume_after: u32,
+    },
+}
+
+impl Leave {
+    /// The node's state could not be read, so the suite could not drain it: on a drain
+    /// verdict the prolog and epilog then fail (Slurm drains the node under its own
+    /// reason) rather than let the job run on a faulty node, and say why.
+    pub fn state_unknown(&self) -> bool {
+        matches!(self, Leave::StateUnreadable | Leave::NotInSinfo(_))
+    }
 }
 
 /// The drain policy knobs (`[drain]`).
@@ -163,11 +207,11 @@ pub fn decide(
     may_resume: bool,
 ) -> Action {
     let Some(rows) = rows else {
-        return Action::Leave("node state unreadable (sinfo failed): changing nothing".into());
+        return Action::Leave(Leave::StateUnreadable);
     };
     let mine: Vec<&NodeRow> = rows.iter().filter(|r| r.name == node).collect();
     let Some(row) = mine.first() else {
-        return Action::Leave(format!("node {node} not in sinfo: changing nothing"));
+        return Action::Leave(Leave::NotInSinfo(node.to_string()));
     };
     let own_reason = row
         .reason
@@ -182,10 +226,7 @@ pub fn decide(
     match drain_action(report, policy.handoff) {
         Some(action) => {
             if foreign {
-                return Action::Leave(format!(
-                    "reason '{}' is not the suite's: kept",
-                    row.reason.as_deref().unwrap_or("")
-                ));
+                return Action::Leave(Leave::ForeignReason(row.reason.clone().unwrap_or_default()));
             }
             if own_drain {
                 // Already drained by the suite: rewriting the reason would only churn it.
@@ -195,7 +236,7 @@ pub fn decide(
                     {
                         action
                     }
-                    _ => Action::Leave("already drained by the suite".into()),
+                    _ => Action::Leave(Leave::AlreadyDrained),
                 };
             }
             let partitions: Vec<&str> = mine.iter().map(|r| r.partition.as_str()).collect();
@@ -227,23 +268,23 @@ pub fn decide(
             }
             action
         }
-        None if !may_resume => Action::Leave("prolog/epilog never resume".into()),
-        None if foreign => Action::Leave("drained by someone else: left alone".into()),
+        None if !may_resume => Action::Leave(Leave::NeverResume),
+        None if foreign => Action::Leave(Leave::DrainedByOther),
         // slurm-gcp's words carry no owner; the cloud replaces such a node anyway.
-        None if own_reason && !own_drain => Action::Leave("healthy".into()),
+        None if own_reason && !own_drain => Action::Leave(Leave::Healthy),
         None if own_reason
             && !row
                 .reason
                 .as_deref()
                 .is_some_and(|r| r.starts_with(PREFIX) || r.contains(PREFIX)) =>
         {
-            Action::Leave("slurm-gcp reason words have no owner: not resumed".into())
+            Action::Leave(Leave::OwnerlessWords)
         }
         None if own_reason && clean_passes >= policy.resume_after => Action::Resume,
-        None if own_reason => Action::Leave(format!(
-            "clean pass {clean_passes} of {} before resuming",
-            policy.resume_after
-        )),
-        None => Action::Leave("healthy".into()),
+        None if own_reason => Action::Leave(Leave::Waiting {
+            clean_passes,
+            resume_after: policy.resume_after,
+        }),
+        None => Action::Leave(Leave::Healthy),
     }
 }

@@ -1,7 +1,7 @@
 //! The pure fault matrix: a healthy catalog machine, one fault at a time, the right verdict and
 //! reason; the drain/resume policy; 1,000 healthy passes never drain.
 
-use super::drain::{Action, DrainPolicy, Handoff, decide};
+use super::drain::{Action, DrainPolicy, Handoff, Leave, decide};
 use super::parse::{NodeRow, sinfo_rows};
 use super::xid::{XidEvent, XidPolicy};
 use super::*;
@@ -576,16 +576,16 @@ fn drain_policy() {
     // A foreign reason is kept.
     let admin = rows("n1|gpu*|drained|gpu:8|admin: bad fan\n");
     assert!(
-        matches!(decide(&bad, Some(&admin), "n1", &p, 0, false), Action::Leave(w) if w.contains("not the suite's"))
+        matches!(decide(&bad, Some(&admin), "n1", &p, 0, false), Action::Leave(Leave::ForeignReason(w)) if w == "admin: bad fan")
     );
     assert!(matches!(
         decide(&ok, Some(&admin), "n1", &p, 9, true),
-        Action::Leave(_)
+        Action::Leave(Leave::DrainedByOther)
     ));
     // Unreadable state: nothing changes.
     assert!(matches!(
         decide(&bad, None, "n1", &p, 0, false),
-        Action::Leave(_)
+        Action::Leave(Leave::StateUnreadable)
     ));
     assert!(matches!(
         decide(
@@ -596,22 +596,23 @@ fn drain_policy() {
             0,
             false
         ),
-        Action::Leave(_)
+        Action::Leave(Leave::NotInSinfo(n)) if n == "n1"
     ));
     // Resume only the suite's own reason, after resume_after clean passes, only from health.
     let own = rows(&format!("n1|gpu*|drained|gpu:8|{reason}\n"));
     assert!(
-        matches!(decide(&ok, Some(&own), "n1", &p, 2, true), Action::Leave(w) if w.contains("clean pass 2 of 3"))
+        matches!(decide(&ok, Some(&own), "n1", &p, 2, true), Action::Leave(w @ Leave::Waiting { clean_passes: 2, resume_after: 3 }) if w.to_string() == "clean pass 2 of 3 before resuming")
     );
     assert_eq!(decide(&ok, Some(&own), "n1", &p, 3, true), Action::Resume);
     assert!(matches!(
         decide(&ok, Some(&own), "n1", &p, 3, false),
-        Action::Leave(_)
+        Action::Leave(Leave::NeverResume)
     ));
     // Already drained with the same reason: no churn.
-    assert!(
-        matches!(decide(&bad, Some(&own), "n1", &p, 0, false), Action::Leave(w) if w.contains("already"))
-    );
+    assert!(matches!(
+        decide(&bad, Some(&own), "n1", &p, 0, false),
+        Action::Leave(Leave::AlreadyDrained)
+    ));
 }
 
 #[test]
@@ -648,7 +649,7 @@ fn circuit_breaker_holds_back_past_max_share() {
     let ok = run(&healthy().0, &healthy().1);
     assert_eq!(
         decide(&ok, Some(&stale), "n2", &DrainPolicy::default(), 9, true),
-        Action::Leave("healthy".into())
+        Action::Leave(Leave::Healthy)
     );
     // Admin drains do not count against the suite.
     let admin = rows("n1|gpu*|mixed|gpu:8|none\nn2|gpu*|drained|gpu:8|admin\n");
@@ -881,5 +882,25 @@ fn an_interfered_probe_warns_and_never_drains() {
     for id in ["storage.writable", "storage.checkpoint_bandwidth"] {
         let c = r.checks.iter().find(|c| c.id == id).expect("check");
         assert_eq!(c.class, Class::Warn, "{id}: {c:?}");
+    }
+}
+
+#[test]
+fn only_an_unknown_node_state_is_state_unknown() {
+    assert!(Leave::StateUnreadable.state_unknown());
+    assert!(Leave::NotInSinfo("n1".into()).state_unknown());
+    for other in [
+        Leave::ForeignReason("admin".into()),
+        Leave::AlreadyDrained,
+        Leave::NeverResume,
+        Leave::DrainedByOther,
+        Leave::Healthy,
+        Leave::OwnerlessWords,
+        Leave::Waiting {
+            clean_passes: 1,
+            resume_after: 3,
+        },
+    ] {
+        assert!(!other.state_unknown(), "{other}");
     }
 }

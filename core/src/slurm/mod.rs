@@ -11,7 +11,7 @@
 //! - [`gpu_ids`]: how Slurm numbers a node's GPUs (gres indices) and which of them a
 //!   step and each of its tasks got: the one mapping the plugin and `explain` share
 //! - [`gpus_per_task`]: `SLURM_GPUS_PER_TASK`, from `--gpus-per-task=TYPE:N`
-//! - [`slurm_conf`]: a slurm.conf key's value (`PlugStackConfig=`), as Slurm reads it
+//! - [`version`]: Slurm's series, from slurm_version.h, `slurmd -V` or a plugin build
 
 pub mod conf_write;
 pub mod gpu_ids;
@@ -24,3 +24,4 @@ pub mod slurm_conf;
 pub mod srun_args;
 pub mod step_span;
 pub mod topology;
+pub mod version;

@@ -14,6 +14,7 @@ fn hook_names_are_slurms() {
         Hook::Init,
         Hook::InitPostOpt,
         Hook::UserInit,
+        Hook::LocalUserInit,
         Hook::TaskPostFork,
         Hook::TaskInit,
         Hook::Exit,
@@ -26,6 +27,7 @@ fn hook_names_are_slurms() {
             "init",
             "init_post_opt",
             "user_init",
+            "local_user_init",
             "task_post_fork",
             "task_init",
             "exit"
@@ -35,31 +37,32 @@ fn hook_names_are_slurms() {
     assert_eq!(names, crate::settings::PANIC_HOOKS);
 }
 
+/// `test_panic=HOOK` panics in HOOK where it runs (slurmstepd; srun for local_user_init),
+/// the guard contains it, and other hooks and contexts are untouched.
 #[cfg(feature = "panic-test")]
 #[test]
-fn test_panic_panics_in_the_named_remote_hook_and_the_guard_contains_it() {
-    let plugin = remote_plugin(&["test_panic=user_init"]);
-    let host = gpu_host(&[]);
-    logger::take();
-    let rc = crate::guard::run("user_init", || {
-        dispatch(&plugin, Hook::UserInit, &host, &no_os(), &[])
-    });
-    assert_eq!(rc, -1);
-    assert!(
-        logger::take()
-            .iter()
-            .any(|(_, l)| l.contains("internal error in user_init: test_panic=user_init"))
-    );
-    // Other hooks and other contexts are untouched.
-    let rc = crate::guard::run("exit", || {
-        dispatch(&plugin, Hook::Exit, &host, &no_os(), &[])
-    });
-    assert_eq!(rc, 0);
+fn test_panic_panics_in_the_named_hook_and_the_guard_contains_it() {
+    let remote = gpu_host(&[]);
     let local = FakeHost::new(Context::Local);
-    let rc = crate::guard::run("user_init", || {
-        dispatch(&plugin, Hook::UserInit, &local, &no_os(), &[])
-    });
-    assert_eq!(rc, 0);
+    for (hook, home, away) in [
+        (Hook::UserInit, &remote, &local),
+        (Hook::LocalUserInit, &local, &remote),
+    ] {
+        let name = hook.name();
+        let plugin = remote_plugin(&[&format!("test_panic={name}")]);
+        let run = |hook: Hook, host: &FakeHost| {
+            crate::guard::run(hook.name(), || dispatch(&plugin, hook, host, &no_os(), &[]))
+        };
+        logger::take();
+        assert_eq!(run(hook, home), -1, "{name}");
+        let said = format!("internal error in {name}: test_panic={name}");
+        assert!(
+            logger::take().iter().any(|(_, l)| l.contains(&said)),
+            "{name}"
+        );
+        assert_eq!(run(Hook::Exit, home), 0, "{name}");
+        assert_eq!(run(hook, away), 0, "{name}");
+    }
 }
 
 #[test]
