@@ -52,7 +52,10 @@ fuzz_target!(|data: &[u8]| {
             let bound = 4 * text.len();
             for n in &names {
                 assert!(!n.is_empty(), "{text:?}: an empty name");
-                assert!(!n.contains([',', '[', ']', ' ', '\t', '\n']), "{text:?}: name {n:?}");
+                assert!(
+                    !n.contains([',', '[', ']', ' ', '\t', '\n']),
+                    "{text:?}: name {n:?}"
+                );
                 assert!(n.len() <= bound, "{text:?}: name of {} bytes", n.len());
             }
             let bytes: usize = names.iter().map(String::len).sum();

@@ -29,11 +29,19 @@ fuzz_target!(|data: &[u8]| {
     for (i, line) in text.lines().take(64).enumerate() {
         let msg = line.split_once(';').map_or(line, |(_, m)| m);
         let name: String = msg.chars().take(15).collect();
-        forged.push_str(&format!("6,{i},1,-;{name}[1]: segfault at 0 ip 0 sp 0 error 6\n"));
-        forged.push_str(&format!("3,{i},1,-;Killed process 1 ({name}) total-vm:1kB\n"));
+        forged.push_str(&format!(
+            "6,{i},1,-;{name}[1]: segfault at 0 ip 0 sp 0 error 6\n"
+        ));
+        forged.push_str(&format!(
+            "3,{i},1,-;Killed process 1 ({name}) total-vm:1kB\n"
+        ));
         forged.push_str(&format!("6,{i},1,-;traps: {name}[1] trap int3\n"));
         forged.push_str(&format!("12,{i},1,-;{}\n", msg.replace('\n', " ")));
     }
     let log = xid::KernelLog::of(&forged);
-    assert!(log.xids.is_empty(), "forged: {:?} from {forged:?}", log.xids);
+    assert!(
+        log.xids.is_empty(),
+        "forged: {:?} from {forged:?}",
+        log.xids
+    );
 });
