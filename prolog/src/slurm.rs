@@ -19,7 +19,9 @@ const PREFIXES: [&str; 3] = ["/usr/bin", "/usr/local/bin", "/opt/slurm/bin"];
 
 /// The daemons whose install names the running Slurm: the prolog's and health program's
 /// parent is slurmd (or slurmstepd, which runs the prolog under PrologFlags=Contain).
-const DAEMONS: [&str; 2] = ["slurmd", "slurmstepd"];
+/// Debian and Ubuntu install them as `slurmd-wlm` and `slurmstepd-wlm` behind
+/// alternatives links, and /proc/PID/exe names the real file (measured on 22.05).
+const DAEMONS: [&str; 4] = ["slurmd", "slurmstepd", "slurmd-wlm", "slurmstepd-wlm"];
 
 /// How far up the process tree the parent daemon is looked for.
 const MAX_ANCESTORS: usize = 8;
@@ -261,6 +263,11 @@ mod tests {
             prefix.join("sbin/slurmstepd").display()
         ));
         assert_eq!(clients_beside(&replaced), Some(prefix.join("bin")));
+        // Debian's real file behind the alternatives link.
+        assert_eq!(
+            clients_beside(&prefix.join("sbin/slurmd-wlm")),
+            Some(prefix.join("bin"))
+        );
         // Not a Slurm daemon, or no clients beside it: no answer.
         assert_eq!(clients_beside(&prefix.join("sbin/sshd")), None);
         assert_eq!(clients_beside(Path::new("/nonexistent/sbin/slurmd")), None);
