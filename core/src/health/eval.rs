@@ -54,6 +54,7 @@ pub fn evaluate(
     let mut next = PassState {
         clean_passes: prev.clean_passes,
         job_kmsg: prev.job_kmsg.clone(),
+        drains_held_back: prev.drains_held_back,
         ..PassState::default()
     };
     let checks: Vec<Outcome> = CHECKS
