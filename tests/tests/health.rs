@@ -231,6 +231,10 @@ fn prolog_failure_drains_with_the_suites_reason() {
     );
     assert!(!bad.success(), "the job must not run: {bad}");
     assert!(!bad.stdout.contains("RAN-ON-BAD-NODE"), "{bad}");
+    eprintln!(
+        "MEASURED prolog output:\n{}",
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default()
+    );
     assert_eq!(
         mapping_files(&dcgm),
         Vec::<String>::new(),
