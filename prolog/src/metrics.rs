@@ -4,7 +4,11 @@
 use gpu_affinity::health::{Report, Status};
 use gpu_affinity::safe_dir::SafeDir;
 
-/// `gpu_affinity_check_status{check,tier}`: 1 pass, 0 fail, -1 timeout; skipped checks absent.
+/// The node_exporter textfile. `gpu_affinity_check_status{check,tier}`: 1 pass, 0 fail,
+/// -1 timeout (skipped checks absent); `gpu_affinity_check_state{check,tier,status}`: a
+/// series per check and status, 1 for the check's status this pass, so a check that could
+/// not run (skipped, timed out in an NVML hang) keeps its series. `held_back` is the
+/// state dir's running count (`PassState::drains_held_back`), a counter.
 pub fn textfile(report: &Report, pass_seconds: f64, now_unix: u64, held_back: u64) -> String {
     let mut out = String::from(
         "# HELP gpu_affinity_check_status Health check result: 1 pass, 0 fail, -1 timeout.\n\
@@ -23,6 +27,26 @@ pub fn textfile(report: &Report, pass_seconds: f64, now_unix: u64, held_back: u6
             c.tier.as_str()
         ));
     }
+    out.push_str(
+        "# HELP gpu_affinity_check_state Health check status this pass: 1 for the check's status.\n\
+         # TYPE gpu_affinity_check_state gauge\n",
+    );
+    let states = [
+        (Status::Pass, "pass"),
+        (Status::Fail, "fail"),
+        (Status::Timeout, "timeout"),
+        (Status::Skip, "skip"),
+    ];
+    for c in &report.checks {
+        for (status, name) in states {
+            out.push_str(&format!(
+                "gpu_affinity_check_state{{check=\"{}\",tier=\"{}\",status=\"{name}\"}} {}\n",
+                c.id,
+                c.tier.as_str(),
+                u8::from(c.status == status)
+            ));
+        }
+    }
     out.push_str(&format!(
         "# HELP gpu_affinity_last_pass_timestamp_seconds End of the last full health pass.\n\
          # TYPE gpu_affinity_last_pass_timestamp_seconds gauge\n\
@@ -30,7 +54,7 @@ pub fn textfile(report: &Report, pass_seconds: f64, now_unix: u64, held_back: u6
          # HELP gpu_affinity_last_pass_duration_seconds Duration of the last full health pass.\n\
          # TYPE gpu_affinity_last_pass_duration_seconds gauge\n\
          gpu_affinity_last_pass_duration_seconds {pass_seconds:.3}\n\
-         # HELP gpu_affinity_drains_held_back_total Drains the fleet circuit breaker held back.\n\
+         # HELP gpu_affinity_drains_held_back_total Drains the fleet circuit breaker held back on this node.\n\
          # TYPE gpu_affinity_drains_held_back_total counter\n\
          gpu_affinity_drains_held_back_total {held_back}\n"
     ));
@@ -97,6 +121,78 @@ fn write_jobs(dir: &SafeDir, gpu: u32, jobs: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_affinity::health::{Class, Fault, Outcome, Tier, Verdict, xid::Repair};
+
+    fn report() -> Report {
+        let check = |id: &'static str, tier: Tier, status: Status| Outcome {
+            id,
+            tier,
+            class: Class::Drain,
+            status,
+            evidence: String::new(),
+            code: String::new(),
+            subject: None,
+            fault: Fault::Other,
+            repair: Repair::Reset,
+        };
+        Report {
+            verdict: Verdict::Ok,
+            checks: vec![
+                check("gpu.count", Tier::Gpu, Status::Pass),
+                check("gpu.ecc", Tier::Gpu, Status::Timeout),
+                check("fabric.port_state", Tier::Fabric, Status::Fail),
+                check("storage.checkpoint_bandwidth", Tier::Storage, Status::Skip),
+            ],
+        }
+    }
+
+    /// Every check keeps its state-set series, a skipped or timed-out one too.
+    #[test]
+    fn every_check_keeps_its_series() {
+        let text = textfile(&report(), 0.05, 1_700_000_000, 3);
+        assert!(text.contains(
+            "gpu_affinity_check_state{check=\"storage.checkpoint_bandwidth\",tier=\"storage\",status=\"skip\"} 1"
+        ));
+        assert!(text.contains(
+            "gpu_affinity_check_state{check=\"gpu.ecc\",tier=\"gpu\",status=\"timeout\"} 1"
+        ));
+        assert_eq!(text.matches("gpu_affinity_check_state{").count(), 16);
+        assert!(text.contains("gpu_affinity_drains_held_back_total 3\n"));
+    }
+
+    /// `promtool check metrics` (Debian package `prometheus`, which scripts/setup-debian
+    /// installs) accepts the textfile: names, types, help, labels, counter suffix.
+    #[test]
+    fn promtool_accepts_the_textfile() {
+        use std::io::Write;
+        let text = textfile(&report(), 0.05, 1_700_000_000, 3);
+        let child = std::process::Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn();
+        let mut child = match child {
+            Ok(c) => c,
+            Err(e) => panic!(
+                "promtool not runnable ({e}): install the Debian package `prometheus` \
+                 (scripts/setup-debian does), which provides /usr/bin/promtool"
+            ),
+        };
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write textfile to promtool");
+        let out = child.wait_with_output().expect("promtool ran");
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     #[test]
     fn jobs_sharing_a_gpu_get_a_line_each_and_leave_only_their_own() {

@@ -553,6 +553,9 @@ pub fn main(program: Program) -> ! {
     if matches!(action, Action::Resume) && applied.is_ok() {
         next.clean_passes = 0;
     }
+    if matches!(action, Action::HeldBack(_)) {
+        next.drains_held_back = next.drains_held_back.saturating_add(1);
+    }
     if !args.dry_run {
         if let Ok((dir, _lock)) = &shared
             && let Err(e) = state::save(dir, &next)
@@ -564,6 +567,7 @@ pub fn main(program: Program) -> ! {
             &cfg,
             &report,
             &action,
+            next.drains_held_back,
             indices.filter(|_| shared.is_ok()).as_deref(),
             started.elapsed(),
         );
@@ -594,9 +598,15 @@ fn side_effects(
     cfg: &Config,
     report: &Report,
     action: &Action,
+    held_back: u64,
     gpus: Option<&[u32]>,
     elapsed: Duration,
 ) {
+    // A prolog that fails (a drain the breaker did not hold back) runs no job: it leaves
+    // no mapping behind, and takes out one a rerun of the same job made.
+    let failing = program == Program::Prolog
+        && report.verdict == Verdict::Drain
+        && !matches!(action, Action::HeldBack(_));
     if let (Some(dir), Some(gpus), Some(job)) = (&cfg.health.dcgm_job_mapping_dir, gpus, job_id()) {
         let done = gpu_affinity::safe_dir::open(
             dir,
@@ -607,8 +617,8 @@ fn side_effects(
         )
         .map_err(|e| e.to_string())
         .and_then(|dir| match program {
-            Program::Prolog => crate::metrics::map_jobs(&dir, gpus, &job),
-            Program::Epilog => crate::metrics::unmap_jobs(&dir, gpus, &job),
+            Program::Prolog if !failing => crate::metrics::map_jobs(&dir, gpus, &job),
+            Program::Prolog | Program::Epilog => crate::metrics::unmap_jobs(&dir, gpus, &job),
             Program::Health => Ok(()),
         });
         if let Err(e) = done {
@@ -621,8 +631,7 @@ fn side_effects(
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let held = u64::from(matches!(action, Action::HeldBack(_)));
-        let text = crate::metrics::textfile(report, elapsed.as_secs_f64(), now, held);
+        let text = crate::metrics::textfile(report, elapsed.as_secs_f64(), now, held_back);
         if let Err(e) = state::write_output(path, "textfile", text.as_bytes(), 0o644) {
             log_line(program, &format!("metrics: {e}"));
         }

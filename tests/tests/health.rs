@@ -202,7 +202,11 @@ fn wait_reason_of(
 
 #[test]
 fn prolog_failure_drains_with_the_suites_reason() {
-    let n = node(2);
+    // With the dcgm-exporter mapping on: a prolog that fails runs no job, so it leaves no
+    // mapping behind (issue 19).
+    let n = node_with(2, "", "[metrics]\ndcgm_job_mapping_dir = \"@DIR@/dcgm\"\n");
+    let dcgm = n._dir.path().join("dcgm");
+    std::fs::create_dir(&dcgm).expect("mapping dir");
     let setup = prolog_only(&n);
     let Some(c) = start("prolog_failure_drains_with_the_suites_reason", setup) else {
         return;
@@ -227,6 +231,15 @@ fn prolog_failure_drains_with_the_suites_reason() {
     );
     assert!(!bad.success(), "the job must not run: {bad}");
     assert!(!bad.stdout.contains("RAN-ON-BAD-NODE"), "{bad}");
+    eprintln!(
+        "MEASURED prolog output:\n{}",
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default()
+    );
+    assert_eq!(
+        mapping_files(&dcgm),
+        Vec::<String>::new(),
+        "a failed prolog maps no job"
+    );
     let show = c
         .client(
             &["scontrol", "-o", "show", "node", c.node()],

@@ -54,6 +54,7 @@ pub fn evaluate(
     let mut next = PassState {
         clean_passes: prev.clean_passes,
         job_kmsg: prev.job_kmsg.clone(),
+        drains_held_back: prev.drains_held_back,
         ..PassState::default()
     };
     let checks: Vec<Outcome> = CHECKS
@@ -393,8 +394,8 @@ fn run(
                 .filter(|x| in_scope(scope, Some(x.gpu)))
                 .filter(|x| scope.xids_after.is_none_or(|after| x.seq > after))
                 .filter_map(|x| {
-                    let (action, repair) = policy.action(x.code);
-                    let class = match action {
+                    let v = policy.verdict(x);
+                    let class = match v.action {
                         XidAction::Drain => Class::Drain,
                         XidAction::Warn => Class::Warn,
                         XidAction::Ignore => return None,
@@ -402,9 +403,17 @@ fn run(
                     Some(Finding {
                         code: format!("GPU_XID_{}", x.code),
                         subject: gpu_subject(Some(x.gpu)),
-                        evidence: format!("XID {} on {} (kmsg seq {})", x.code, x.gpu, x.seq),
+                        evidence: format!(
+                            "XID {} on {} (kmsg seq {}){}{}",
+                            x.code,
+                            x.gpu,
+                            x.seq,
+                            v.decoded.map_or(String::new(), |d| format!(": {d}")),
+                            v.resolution
+                                .map_or(String::new(), |r| format!(", catalog {r}"))
+                        ),
                         class: Some(class),
-                        repair,
+                        repair: v.repair,
                     })
                 })
                 .chain(kmsg_warnings(&inputs.kmsg_notes))

@@ -533,6 +533,10 @@ pub struct PassState {
     /// Job id -> the last kmsg sequence number its prolog saw; the epilog takes it out.
     #[serde(default)]
     pub job_kmsg: BTreeMap<String, u64>,
+    /// Drains the fleet circuit breaker held back on this node, by any of the three
+    /// programs, since the state dir was made: the textfile's counter.
+    #[serde(default)]
+    pub drains_held_back: u64,
 }
 
 impl PassState {

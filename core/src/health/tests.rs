@@ -172,6 +172,7 @@ fn fault_matrix() {
                     seq: 9,
                     gpu: g,
                     code: 79,
+                    detail: None,
                 }]);
             },
             Verdict::Drain,
@@ -185,6 +186,7 @@ fn fault_matrix() {
                     seq: 9,
                     gpu: g,
                     code: 48,
+                    detail: None,
                 }]);
             },
             Verdict::Drain,
@@ -198,6 +200,7 @@ fn fault_matrix() {
                     seq: 9,
                     gpu: g,
                     code: 95,
+                    detail: None,
                 }]);
             },
             Verdict::Drain,
@@ -211,6 +214,7 @@ fn fault_matrix() {
                     seq: 9,
                     gpu: g,
                     code: 94,
+                    detail: None,
                 }]);
             },
             Verdict::Warn,
@@ -224,6 +228,7 @@ fn fault_matrix() {
                     seq: 9,
                     gpu: g,
                     code: 13,
+                    detail: None,
                 }]);
             },
             Verdict::Ok,
@@ -429,6 +434,7 @@ fn the_epilog_counts_only_xids_after_the_jobs_prolog() {
         seq: 40,
         gpu: g,
         code: 79,
+        detail: None,
     }]);
     let epilog = |after: Option<u64>| {
         let scope = Scope {
@@ -513,6 +519,7 @@ fn healthy_node_never_drains_over_1000_passes() {
                 seq: s,
                 gpu: g,
                 code: 13,
+                detail: None,
             })
             .collect());
         let (r, next) = evaluate(&inputs, &expect, &policy, &Scope::default(), &state);
@@ -540,6 +547,7 @@ fn drain_report(code: u32) -> Report {
         seq: 1,
         gpu: g,
         code,
+        detail: None,
     }]);
     run(&inputs, &expect)
 }

@@ -31,19 +31,131 @@ pub enum Repair {
     Replace,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+/// A "Resolution Bucket" of NVIDIA's XID catalog, as the catalog spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(try_from = "String")]
+pub enum Resolution {
+    RestartApp,
+    ResetGpu,
+    RestartVm,
+    RestartBm,
+    ContactSupport,
+    Ignore,
+    WorkflowXid45,
+    WorkflowXid48,
+    WorkflowNvlinkErr,
+    WorkflowNvlink5Err,
+    CheckMechanicals,
+    UpdateSwfw,
+    Xid154,
+    Xid154Eval,
+    CheckUvm,
+    /// A catalog row that names no bucket.
+    None,
+}
+
+impl Resolution {
+    /// Every bucket with the catalog's name for it: the one table both ways.
+    pub const ALL: [(Resolution, &'static str); 16] = [
+        (Resolution::RestartApp, "RESTART_APP"),
+        (Resolution::ResetGpu, "RESET_GPU"),
+        (Resolution::RestartVm, "RESTART_VM"),
+        (Resolution::RestartBm, "RESTART_BM"),
+        (Resolution::ContactSupport, "CONTACT_SUPPORT"),
+        (Resolution::Ignore, "IGNORE"),
+        (Resolution::WorkflowXid45, "WORKFLOW_XID_45"),
+        (Resolution::WorkflowXid48, "WORKFLOW_XID_48"),
+        (Resolution::WorkflowNvlinkErr, "WORKFLOW_NVLINK_ERR"),
+        (Resolution::WorkflowNvlink5Err, "WORKFLOW_NVLINK5_ERR"),
+        (Resolution::CheckMechanicals, "CHECK_MECHANICALS"),
+        (Resolution::UpdateSwfw, "UPDATE_SWFW"),
+        (Resolution::Xid154, "XID_154"),
+        (Resolution::Xid154Eval, "XID_154_EVAL"),
+        (Resolution::CheckUvm, "CHECK_UVM"),
+        (Resolution::None, "NONE"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Resolution::ALL
+            .iter()
+            .find(|(r, _)| *r == self)
+            .map_or("NONE", |(_, n)| n)
+    }
+}
+
+impl TryFrom<String> for Resolution {
+    type Error = String;
+    fn try_from(name: String) -> Result<Resolution, String> {
+        Resolution::ALL
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(r, _)| *r)
+            .ok_or_else(|| format!("unknown catalog bucket `{name}`"))
+    }
+}
+
+impl std::fmt::Display for Resolution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the suite does about one XID.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct Outcome {
+    pub action: XidAction,
+    pub repair: Repair,
+}
+
+/// One code's rule, resolved: the entry's own action, else its catalog bucket's.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XidRule {
     pub code: u32,
     pub action: XidAction,
     pub repair: Repair,
-    /// Where the action comes from (the tools disagree; the file says which one it follows).
+    /// Where the rule comes from (the entry's own `source`, else the file's).
     pub source: String,
+    /// The catalog's immediate action for the code.
+    pub catalog: Option<Resolution>,
+    pub mnemonic: Option<String>,
+    /// Why the entry does otherwise than its bucket.
+    pub why: Option<String>,
+}
+
+/// One row of the catalog's NVLink5 (XIDs 144-150) decode table.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nvlink5Row {
+    pub xid: u32,
+    /// The unit as the catalog names it: `NAME` or `NAME/SUBNAME`, either printed.
+    pub unit: String,
+    /// The record's ERRORSTATUS word; absent: any.
+    pub status: Option<u32>,
+    /// The NETIR link-down reason, INTRINFO bits 25:20; absent: any.
+    pub link_down: Option<u32>,
+    pub catalog: Resolution,
+    /// The catalog's "action 2", when INTRINFO carries the decode bit.
+    pub escalated: Option<Resolution>,
+}
+
+impl Nvlink5Row {
+    fn matches(&self, code: u32, nv: &Nvlink5Fault) -> bool {
+        self.xid == code
+            && self.unit.split('/').any(|u| u == nv.unit)
+            && self.status.is_none_or(|s| nv.status == Some(s))
+            && self
+                .link_down
+                .is_none_or(|r| nv.intr.map(|i| (i >> 20) & 0x3f) == Some(r))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct XidPolicy {
     rules: BTreeMap<u32, XidRule>,
+    buckets: BTreeMap<Resolution, Outcome>,
+    recovery: BTreeMap<String, Outcome>,
+    nvlink5: Vec<Nvlink5Row>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -54,39 +166,116 @@ pub enum XidPolicyError {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawRule {
+    code: u32,
+    mnemonic: Option<String>,
+    catalog: Option<Resolution>,
+    action: Option<XidAction>,
+    repair: Option<Repair>,
+    why: Option<String>,
+    source: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PolicyDoc {
-    xid: Vec<toml::Spanned<XidRule>>,
+    source: Option<String>,
+    #[serde(default)]
+    bucket: BTreeMap<Resolution, Outcome>,
+    #[serde(default)]
+    recovery: BTreeMap<String, Outcome>,
+    #[serde(default)]
+    nvlink5: Vec<toml::Spanned<Nvlink5Row>>,
+    xid: Vec<toml::Spanned<RawRule>>,
+}
+
+/// The policy's answer for one XID record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XidVerdict {
+    pub action: XidAction,
+    pub repair: Repair,
+    /// The catalog bucket the answer follows (decoded, for NVLink5 and Xid 154 records).
+    pub resolution: Option<Resolution>,
+    /// What the record's text decoded to, for the evidence.
+    pub decoded: Option<String>,
 }
 
 impl XidPolicy {
-    /// Parse a policy file; every entry needs a source and each code appears once.
+    /// Parse a policy file; every entry needs a source and an action (its own or its
+    /// catalog bucket's), each code appears once.
     pub fn parse(text: &str) -> Result<XidPolicy, XidPolicyError> {
         let line = |offset: usize| {
             text.get(..offset)
                 .map_or(1, |t| t.matches('\n').count() + 1)
         };
-        let doc: PolicyDoc = toml::from_str(text).map_err(|e| XidPolicyError::At {
-            line: line(e.span().map_or(0, |s| s.start)),
-            message: e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+        let at = |offset: usize, message: String| XidPolicyError::At {
+            line: line(offset),
+            message,
+        };
+        let doc: PolicyDoc = toml::from_str(text).map_err(|e| {
+            at(
+                e.span().map_or(0, |s| s.start),
+                e.message().split_whitespace().collect::<Vec<_>>().join(" "),
+            )
         })?;
+        let file_source = doc.source.filter(|s| !s.trim().is_empty());
         let mut rules = BTreeMap::new();
         for entry in doc.xid {
-            let at = line(entry.span().start);
-            let rule = entry.into_inner();
-            if rule.source.trim().is_empty() {
-                return Err(XidPolicyError::At {
-                    line: at,
-                    message: format!("XID {} has no source", rule.code),
-                });
-            }
-            if rules.insert(rule.code, rule.clone()).is_some() {
-                return Err(XidPolicyError::At {
-                    line: at,
-                    message: format!("XID {} is listed twice", rule.code),
-                });
+            let offset = entry.span().start;
+            let raw = entry.into_inner();
+            let code = raw.code;
+            let bucket = raw.catalog.and_then(|c| doc.bucket.get(&c));
+            let (Some(action), Some(repair)) = (
+                raw.action.or(bucket.map(|b| b.action)),
+                raw.repair
+                    .or(bucket.map(|b| b.repair))
+                    .or(raw.action.map(|_| Repair::Reset)),
+            ) else {
+                return Err(at(
+                    offset,
+                    format!("XID {code} has no action and no catalog bucket with one"),
+                ));
+            };
+            let Some(source) = raw
+                .source
+                .filter(|s| !s.trim().is_empty())
+                .or_else(|| file_source.clone())
+            else {
+                return Err(at(offset, format!("XID {code} has no source")));
+            };
+            let rule = XidRule {
+                code,
+                action,
+                repair,
+                source,
+                catalog: raw.catalog,
+                mnemonic: raw.mnemonic,
+                why: raw.why,
+            };
+            if rules.insert(code, rule).is_some() {
+                return Err(at(offset, format!("XID {code} is listed twice")));
             }
         }
-        Ok(XidPolicy { rules })
+        let mut nvlink5 = Vec::with_capacity(doc.nvlink5.len());
+        for row in doc.nvlink5 {
+            let offset = row.span().start;
+            let row = row.into_inner();
+            for r in [Some(row.catalog), row.escalated].into_iter().flatten() {
+                if !doc.bucket.contains_key(&r) {
+                    return Err(at(
+                        offset,
+                        format!("NVLink5 row of XID {}: bucket {r} has no action", row.xid),
+                    ));
+                }
+            }
+            nvlink5.push(row);
+        }
+        Ok(XidPolicy {
+            rules,
+            buckets: doc.bucket,
+            recovery: doc.recovery,
+            nvlink5,
+        })
     }
 
     /// The embedded policy. It is checked by a unit test, so a parse failure here is a bug;
@@ -96,6 +285,9 @@ impl XidPolicy {
             log::error!("embedded XID policy: {e}");
             XidPolicy {
                 rules: BTreeMap::new(),
+                buckets: BTreeMap::new(),
+                recovery: BTreeMap::new(),
+                nvlink5: Vec::new(),
             }
         })
     }
@@ -110,6 +302,165 @@ impl XidPolicy {
     pub fn rule(&self, code: u32) -> Option<&XidRule> {
         self.rules.get(&code)
     }
+
+    /// Every rule, by code.
+    pub fn rules(&self) -> impl Iterator<Item = &XidRule> {
+        self.rules.values()
+    }
+
+    pub fn nvlink5_rows(&self) -> &[Nvlink5Row] {
+        &self.nvlink5
+    }
+
+    /// What a bucket makes the suite do.
+    pub fn bucket(&self, resolution: Resolution) -> Option<Outcome> {
+        self.buckets.get(&resolution).copied()
+    }
+
+    /// The answer for one record: its code's rule, refined by what the record's text
+    /// decodes to (the NVLink5 unit and status of 144-150, Xid 154's recovery action).
+    pub fn verdict(&self, event: &XidEvent) -> XidVerdict {
+        let (action, repair) = self.action(event.code);
+        let base = XidVerdict {
+            action,
+            repair,
+            resolution: self.rule(event.code).and_then(|r| r.catalog),
+            decoded: None,
+        };
+        match &event.detail {
+            Some(XidDetail::Nvlink5(nv)) => self.nvlink5_verdict(event.code, nv).unwrap_or(base),
+            Some(XidDetail::Recovery(to)) => match self.recovery.get(to) {
+                Some(o) => XidVerdict {
+                    action: o.action,
+                    repair: o.repair,
+                    decoded: Some(format!("recovery action {to}")),
+                    ..base
+                },
+                None => base,
+            },
+            None => base,
+        }
+    }
+
+    fn nvlink5_verdict(&self, code: u32, nv: &Nvlink5Fault) -> Option<XidVerdict> {
+        let status = nv
+            .status
+            .map_or(String::new(), |s| format!(" status 0x{s:08x}"));
+        let Some(row) = self.nvlink5.iter().find(|r| r.matches(code, nv)) else {
+            // No decode row: the driver's own severity word decides.
+            let resolution = if nv.fatal {
+                Resolution::ResetGpu
+            } else {
+                self.rule(code)?.catalog?
+            };
+            let o = self.bucket(resolution)?;
+            return Some(XidVerdict {
+                action: o.action,
+                repair: o.repair,
+                resolution: Some(resolution),
+                decoded: Some(format!(
+                    "{}{status} {} (no decode row)",
+                    nv.unit,
+                    if nv.fatal { "Fatal" } else { "Nonfatal" }
+                )),
+            });
+        };
+        let escalate = nv.intr.is_some_and(|i| i & (1 << nv.decode_bit(code)) != 0);
+        let resolution = match row.escalated {
+            Some(e) if escalate => e,
+            _ => row.catalog,
+        };
+        let o = self.bucket(resolution)?;
+        let reason = row
+            .link_down
+            .map_or(String::new(), |r| format!(" link-down reason {r}"));
+        Some(XidVerdict {
+            action: o.action,
+            repair: o.repair,
+            resolution: Some(resolution),
+            decoded: Some(format!("{}{status}{reason}", nv.unit)),
+        })
+    }
+}
+
+/// What an XID record's text says beyond its code, where the catalog decodes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum XidDetail {
+    /// XIDs 144-150: `UNIT SEVERITY XCn in Link NN (INTRINFO ERRORSTATUS ...)`.
+    Nvlink5(Nvlink5Fault),
+    /// Xid 154: the recovery action the driver changed to (`... to 0x2 (Node Reboot Required)`).
+    Recovery(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Nvlink5Fault {
+    pub unit: String,
+    /// The driver's severity word: `Fatal` (true) or `Nonfatal`.
+    pub fatal: bool,
+    pub intr: Option<u32>,
+    pub status: Option<u32>,
+}
+
+impl Nvlink5Fault {
+    /// The catalog's "action 2" bit of INTRINFO: bit 10 in the pre-R575 form, whose bits
+    /// 4:0 number the unit from Xid 144 on (SAW 1 ... NETIR 6, MSE 0), bit 7 from R575 on.
+    fn decode_bit(&self, code: u32) -> u32 {
+        let v1_index = code.saturating_sub(143) % 7;
+        match self.intr {
+            Some(i) if i & 0x1f == v1_index => 10,
+            _ => 7,
+        }
+    }
+}
+
+/// Longest unit name kept from a record (the catalog's are at most 20 characters).
+const MAX_UNIT: usize = 32;
+
+/// The detail of record text after `N, ` for the codes the catalog decodes. The last
+/// severity word counts (a `name=` field, a process's name, comes before the driver's own
+/// part and cannot move it), and the hex words after it.
+fn parse_detail(code: u32, rest: &str) -> Option<XidDetail> {
+    match code {
+        144..=150 => {
+            let tokens: Vec<&str> = rest
+                .split(|c: char| c.is_whitespace() || matches!(c, ',' | '(' | ')' | '[' | ']'))
+                .filter(|t| !t.is_empty())
+                .collect();
+            let severity = |t: &str| match t.to_ascii_lowercase().as_str() {
+                "fatal" => Some(true),
+                "nonfatal" | "non-fatal" => Some(false),
+                _ => None,
+            };
+            let at = tokens.iter().rposition(|t| severity(t).is_some())?;
+            let unit = *tokens.get(at.checked_sub(1)?)?;
+            let name_like = |t: &str| {
+                !t.is_empty()
+                    && t.len() <= MAX_UNIT
+                    && t.bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            };
+            if !name_like(unit) {
+                return None;
+            }
+            let mut hex = tokens.get(at + 1..)?.iter().filter_map(|t| {
+                let digits = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X"))?;
+                u32::from_str_radix(digits, 16).ok()
+            });
+            Some(XidDetail::Nvlink5(Nvlink5Fault {
+                unit: unit.to_string(),
+                fatal: severity(tokens.get(at)?)?,
+                intr: hex.next(),
+                status: hex.next(),
+            }))
+        }
+        154 => {
+            let after = rest.get(rest.rfind(" to ")? + 4..)?;
+            let (_, named) = after.split_once('(')?;
+            let (to, _) = named.split_once(')')?;
+            (!to.is_empty() && to.len() <= MAX_UNIT).then(|| XidDetail::Recovery(to.to_string()))
+        }
+        _ => None,
+    }
 }
 
 /// One XID the driver logged.
@@ -122,6 +473,8 @@ pub struct XidEvent {
     /// counts for every GPU.
     pub gpu: PciAddr,
     pub code: u32,
+    /// What the record's text decodes to, for the codes the catalog decodes.
+    pub detail: Option<XidDetail>,
 }
 
 /// The line the nvidia module prints when it loads (`NVRM: loading NVIDIA UNIX x86_64 Kernel
@@ -230,11 +583,12 @@ impl KernelLog {
         let kernel = rec.is_kernel();
         if kernel && rec.message.starts_with(DRIVER_LOAD) {
             self.xids.clear();
-        } else if let Some((gpu, code)) = kernel.then(|| driver_xid(rec.message)).flatten() {
+        } else if let Some((gpu, code, rest)) = kernel.then(|| driver_xid(rec.message)).flatten() {
             self.xids.push(XidEvent {
                 seq: rec.seq,
                 gpu,
                 code,
+                detail: parse_detail(code, rest),
             });
             if self.xids.len() >= 2 * MAX_XIDS {
                 self.xids.drain(..MAX_XIDS);
@@ -274,7 +628,7 @@ pub fn last_seq(text: &str) -> Option<u64> {
 /// so it cannot hold the whole form; `Killed process N (NAME)` and `traps: NAME[PID] ...`
 /// start otherwise. The record's `name=` field, the process that had the GPU, comes
 /// after the code and cannot change it.
-fn driver_xid(message: &str) -> Option<(PciAddr, u32)> {
+fn driver_xid(message: &str) -> Option<(PciAddr, u32, &str)> {
     let rest = message.strip_prefix(XID_START)?;
     let (bus, rest) = rest.split_once("): ")?;
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
@@ -289,24 +643,245 @@ fn driver_xid(message: &str) -> Option<(PciAddr, u32)> {
     }
     let code = rest.get(..digits)?.parse().ok()?;
     let gpu = format!("{}.0", bus.to_ascii_lowercase()).parse().ok()?;
-    Some((gpu, code))
+    Some((gpu, code, rest.get(digits..).unwrap_or_default()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// NVIDIA's XID catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html),
+    /// its "Resolution Bucket (Immediate Action)" column, written here apart from the
+    /// policy file: every code 1-172 and only those.
+    const CATALOG: &[(&str, &[u32])] = &[
+        ("CHECK_MECHANICALS", &[54]),
+        ("CHECK_UVM", &[159]),
+        (
+            "CONTACT_SUPPORT",
+            &[
+                1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 26, 27, 28,
+                29, 30, 33, 34, 35, 36, 42, 47, 49, 50, 51, 52, 53, 55, 56, 57, 58, 59, 61, 65, 73,
+                81, 87, 90, 91, 111, 112, 113, 114, 115, 116, 117, 118, 122, 123, 124, 125, 138,
+                142,
+            ],
+        ),
+        (
+            "IGNORE",
+            &[
+                14, 37, 38, 43, 44, 63, 66, 67, 92, 93, 106, 107, 108, 121, 137, 141, 152, 153,
+                157, 160, 161,
+            ],
+        ),
+        (
+            "NONE",
+            &[162, 163, 164, 165, 166, 167, 168, 169, 170, 171, 172],
+        ),
+        (
+            "RESET_GPU",
+            &[
+                46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158,
+            ],
+        ),
+        (
+            "RESTART_APP",
+            &[
+                8, 11, 13, 25, 31, 32, 39, 40, 41, 60, 68, 69, 70, 71, 72, 75, 76, 77, 80, 82, 83,
+                84, 85, 86, 88, 89, 94, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 126, 127,
+                128, 129, 130, 131, 132, 133, 134, 135, 139,
+            ],
+        ),
+        ("RESTART_BM", &[79]),
+        ("RESTART_VM", &[151]),
+        ("UPDATE_SWFW", &[78]),
+        ("WORKFLOW_NVLINK5_ERR", &[144, 145, 146, 147, 148, 149, 150]),
+        ("WORKFLOW_NVLINK_ERR", &[74]),
+        ("WORKFLOW_XID_45", &[45]),
+        ("WORKFLOW_XID_48", &[48]),
+        ("XID_154", &[154]),
+    ];
+
+    /// The whole table against the catalog: every code's bucket, each rule doing what its
+    /// bucket does or saying why not, the buckets' actions as the catalog's words mean them.
     #[test]
-    fn embedded_policy_parses_and_cites_every_entry() {
+    fn embedded_policy_is_the_whole_catalog() {
         let p = XidPolicy::parse(EMBEDDED_POLICY).expect("embedded policy");
+        let mut seen = 0;
+        for (bucket, codes) in CATALOG {
+            for &code in *codes {
+                let rule = p.rule(code).unwrap_or_else(|| panic!("XID {code} missing"));
+                assert_eq!(
+                    rule.catalog.map(Resolution::name),
+                    Some(*bucket),
+                    "XID {code}"
+                );
+                assert!(
+                    rule.mnemonic.is_some() && !rule.source.is_empty(),
+                    "XID {code}"
+                );
+                let b = rule.catalog.and_then(|c| p.bucket(c)).expect("bucket");
+                if (rule.action, rule.repair) != (b.action, b.repair) {
+                    assert!(
+                        rule.why.is_some(),
+                        "XID {code} leaves its bucket without a why"
+                    );
+                }
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 172);
+        assert_eq!(p.rules().count(), 172, "a code the catalog does not list");
+        // The buckets as the catalog defines them: a reset or a restart of the machine
+        // drains; the application's own faults and IGNORE do not.
+        let drains = |name: &str| {
+            let r = Resolution::try_from(name.to_string()).expect("bucket name");
+            p.bucket(r).map(|o| o.action)
+        };
+        for b in ["RESET_GPU", "RESTART_BM", "RESTART_VM", "WORKFLOW_XID_48"] {
+            assert_eq!(drains(b), Some(XidAction::Drain), "{b}");
+        }
+        for b in ["RESTART_APP", "IGNORE", "WORKFLOW_XID_45", "XID_154_EVAL"] {
+            assert_eq!(drains(b), Some(XidAction::Ignore), "{b}");
+        }
         assert_eq!(p.action(79), (XidAction::Drain, Repair::Reboot));
-        assert_eq!(p.action(48).0, XidAction::Drain);
+        assert_eq!(p.action(151), (XidAction::Drain, Repair::Reboot));
+        for code in [109, 136, 140, 143, 155, 156, 158, 95, 62, 64, 48, 74] {
+            assert_eq!(
+                p.action(code),
+                (XidAction::Drain, Repair::Reset),
+                "XID {code}"
+            );
+        }
+        assert_eq!(p.action(61).0, XidAction::Warn);
+        for code in [13, 31, 43, 45, 63, 68] {
+            assert_eq!(p.action(code).0, XidAction::Ignore, "XID {code}");
+        }
         assert_eq!(p.action(94).0, XidAction::Warn);
-        assert_eq!(p.action(95).0, XidAction::Drain);
-        assert_eq!(p.action(63).0, XidAction::Warn);
-        assert_eq!(p.action(13).0, XidAction::Ignore);
+        assert_eq!(p.action(92).0, XidAction::Warn);
         assert_eq!(p.action(9999).0, XidAction::Warn);
-        assert!(p.rule(63).is_some_and(|r| r.source.contains("followed")));
+    }
+
+    fn verdict_of(line: &str) -> XidVerdict {
+        let log = KernelLog::of(line);
+        let event = log.xids.first().expect("one XID");
+        XidPolicy::embedded().verdict(event)
+    }
+
+    /// NVLink5 records in the driver's form, decoded as the catalog's 144-150 table says.
+    #[test]
+    fn nvlink5_records_decode_by_unit_and_status() {
+        let cases = [
+            // NETIR link down, reason 37 (peer device): RESET_GPU.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+                XidAction::Drain,
+                "RESET_GPU",
+            ),
+            // Reason 38 (software / user initiated): IGNORE.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)",
+                XidAction::Ignore,
+                "IGNORE",
+            ),
+            // A BER event: IGNORE.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00000266 0x00000001 0x0 0x0 0x0 0x0)",
+                XidAction::Ignore,
+                "IGNORE",
+            ),
+            // RLW source tracking, status 0x1 (pid and name fields first): RESET_GPU.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 145, pid=4, name=<unknown>, RLW_SRC_TRACK Fatal XC0 i1 Link 00 (0x00000001 0x00000001)",
+                XidAction::Drain,
+                "RESET_GPU",
+            ),
+            // RLW remap status 0x4: follow an Xid 154 if there is one, else restart the app.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 145, RLW_REMAP Nonfatal XC1 i0 Link 02 (0x00000082 0x00000004)",
+                XidAction::Ignore,
+                "XID_154_EVAL",
+            ),
+            // TLW_RX (either pipe) status 0x4: RESET_GPU.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 146, TLW_RX Fatal XC0 i0 Link 05 (0x00000a03 0x00000004)",
+                XidAction::Drain,
+                "RESET_GPU",
+            ),
+            // RLW_RXPIPE status 0x1: IGNORE, but with the decode bit (bit 10, pre-R575) RESET_GPU.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 01 (0x000000c2 0x00000001)",
+                XidAction::Ignore,
+                "IGNORE",
+            ),
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 01 (0x000004c2 0x00000001)",
+                XidAction::Drain,
+                "RESET_GPU",
+            ),
+            // From R575: subcode 6 in bits 6:0, the decode bit is bit 7.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 01 (0x00000086 0x00000001)",
+                XidAction::Drain,
+                "RESET_GPU",
+            ),
+            // MSE: RESET_GPU whatever the status.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 150, MSE_WATCHDOG Fatal XC0 i0 Link 00 (0x00000000 0x00000000)",
+                XidAction::Drain,
+                "RESET_GPU",
+            ),
+            // No decode row: the severity word decides.
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 147, TREX Fatal XC0 i0 Link 00 (0x0000018c 0x00000040)",
+                XidAction::Drain,
+                "RESET_GPU",
+            ),
+            (
+                "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 148, NVLPW Nonfatal XC0 i0 Link 00 (0x000000a5 0x00000001)",
+                XidAction::Warn,
+                "WORKFLOW_NVLINK5_ERR",
+            ),
+        ];
+        for (line, action, resolution) in cases {
+            let v = verdict_of(line);
+            assert_eq!(v.action, action, "{line}: {v:?}");
+            assert_eq!(
+                v.resolution.map(Resolution::name),
+                Some(resolution),
+                "{line}"
+            );
+            assert!(v.decoded.is_some(), "{line}");
+        }
+        // A process name cannot stand in for the driver's unit and severity: the last
+        // severity word counts.
+        let v = verdict_of(
+            "4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 145, pid=4, name=TREX Nonfatal, RLW_SRC_TRACK Fatal XC0 i1 Link 00 (0x00000001 0x00000001)",
+        );
+        assert_eq!(v.action, XidAction::Drain, "{v:?}");
+        // An NVLink5 record without the decodable part keeps its code's rule.
+        let v = verdict_of("4,1,1,-;NVRM: Xid (PCI:0000:00:1e): 149");
+        assert_eq!((v.action, v.decoded), (XidAction::Warn, None));
+    }
+
+    #[test]
+    fn xid_154_takes_the_recovery_action_it_names() {
+        let line = |to: &str| {
+            format!(
+                "4,1,1,-;NVRM: Xid (PCI:0000:53:00): 154, GPU recovery action changed from 0x0 (None) to {to}"
+            )
+        };
+        let v = verdict_of(&line("0x2 (Node Reboot Required)"));
+        assert_eq!(
+            (v.action, v.repair),
+            (XidAction::Drain, Repair::Reboot),
+            "{v:?}"
+        );
+        let v = verdict_of(&line("0x1 (GPU Reset Required)"));
+        assert_eq!((v.action, v.repair), (XidAction::Drain, Repair::Reset));
+        assert_eq!(verdict_of(&line("0x0 (None)")).action, XidAction::Ignore);
+        assert_eq!(
+            verdict_of(&line("0x9 (Something New)")).action,
+            XidAction::Warn
+        );
     }
 
     #[test]
