@@ -44,10 +44,10 @@ impl Scontrol {
         .expect("write slurm.conf");
         // The series' own scontrol: a source-built one's bin/, else /usr/bin's (on the
         // host, or inside the series' Debian root).
-        let program = series
-            .install
-            .as_ref()
-            .map_or_else(|| PathBuf::from("/usr/bin/scontrol"), |p| p.join("bin/scontrol"));
+        let program = series.install.as_ref().map_or_else(
+            || PathBuf::from("/usr/bin/scontrol"),
+            |p| p.join("bin/scontrol"),
+        );
         Scontrol {
             series,
             program,

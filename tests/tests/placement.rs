@@ -987,7 +987,9 @@ fn generated_topologies_with_unplaced_nodes_load_on_this_series() {
             let lines: Vec<&str> = text.lines().map(str::trim).collect();
             assert!(
                 text.contains("BlockSizes=1,2")
-                    || lines.windows(3).any(|w| w == ["block_sizes:", "- 1", "- 2"]),
+                    || lines
+                        .windows(3)
+                        .any(|w| w == ["block_sizes:", "- 1", "- 2"]),
                 "{text}"
             );
         }
