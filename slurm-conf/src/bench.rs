@@ -35,6 +35,14 @@ pub struct Args {
     /// sysfs, where reading a PCIe link attribute reads the device's config space).
     #[arg(long, value_name = "DIR", conflicts_with = "machine")]
     sysfs_root: Option<PathBuf>,
+    /// Time only the placement check (what srun's local_user_init and the node backstop
+    /// run for a multi-node GPU step) on these topology files (topology.conf, or .yaml),
+    /// for the step node list `--step-nodes`.
+    #[arg(long, value_name = "FILE")]
+    placement_check: Vec<PathBuf>,
+    /// The step's node list for `--placement-check`.
+    #[arg(long, value_name = "HOSTLIST", default_value = "gpu-[00001-00002]")]
+    step_nodes: String,
 }
 
 /// lstopo gets this long per run before the bench gives up on it.
@@ -42,6 +50,12 @@ const LSTOPO_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn run(args: &Args) -> Result<(), CliError> {
     let runs = args.runs.max(1);
+    if !args.placement_check.is_empty() {
+        for path in &args.placement_check {
+            placement_check(path, &args.step_nodes, runs)?;
+        }
+        return Ok(());
+    }
     // The fixture directory lives until the end of the bench.
     let mut fixture = None;
     let (root, machine, name) = match &args.sysfs_root {
@@ -230,6 +244,50 @@ fn step_work(root: &Path, runs: usize) -> Result<(), CliError> {
         "profiles (parsed from TOML)",
         ms(s.median),
         ms(s.best)
+    );
+    Ok(())
+}
+
+/// The placement check on one topology file, as both sides run it: read it
+/// trust-checked (`read::locate_topology` over `read::read_topology`, as srun's
+/// `placement::submit` and the node's `placement::backstop` do), pick the cluster's
+/// topology, expand the step's node list and find its units (`step_span`). srun reads the
+/// file as the user and slurmstepd as root; the work is the same.
+fn placement_check(path: &Path, step_nodes: &str, runs: usize) -> Result<(), CliError> {
+    use gpu_affinity::slurm::{read, step_span};
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(path)?.uid();
+    let size = std::fs::metadata(path)?.len();
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    let mut span = None;
+    for _ in 0..runs {
+        let start = Instant::now();
+        let read = read::locate_topology(Some(path), None, &|p| read::read_topology(p, owner))
+            .map_err(CliError)?;
+        let parsed = start.elapsed();
+        let Some((_, topologies)) = read else {
+            return Err(CliError(format!("{} does not exist", path.display())));
+        };
+        let nodes = step_span::step_nodes(step_nodes).map_err(CliError)?;
+        let found = step_span::partition_topology(&topologies, None)
+            .map(|t| step_span::span_within(t, &nodes, 0));
+        let total = start.elapsed();
+        times[0].push(parsed);
+        times[1].push(total);
+        span = Some(found);
+    }
+    let read = Summary::of(&mut times[0]);
+    let total = Summary::of(&mut times[1]);
+    println!(
+        "placement check  {} ({} KiB), step {step_nodes}: read+parse median {:>7.3} ms, \
+         whole check median {:>7.3} ms  best {:>7.3} ms (goal <= 5 ms per side); {:?}",
+        path.display(),
+        size / 1024,
+        ms(read.median),
+        ms(total.median),
+        ms(total.best),
+        span.flatten()
+            .map(|s| step_span::reason(&s).unwrap_or_else(|| "fits".into()))
     );
     Ok(())
 }

@@ -99,6 +99,7 @@ pub fn apply_rank(
     if strict && let Some(problem) = &topology_missing {
         return Err(refusal(task, problem));
     }
+    crate::timing::mark("topology file");
     // The plan's warnings are step-wide news: say them once, from the node's first task.
     if task.local == 0 {
         for w in &step.fabric.warnings {
@@ -121,10 +122,12 @@ pub fn apply_rank(
             warn_user(os, &line);
         }
     }
+    crate::timing::mark("warnings");
     let bound = match task_binding(step, task, host) {
         Ok(b) => b,
         Err(problem) => return unbound(strict, task, os, &problem),
     };
+    crate::timing::mark("task binding");
     if bound.is_some() && step.local_ids && step.resolved.verbose && task.local == 0 {
         os.task_stderr(
             "gpu-affinity: Slurm fences each task to its own GPU here (per-task binding under \
@@ -143,7 +146,9 @@ pub fn apply_rank(
 
     let mut problems: Vec<String> = Vec::new();
     let cpus = apply_cpus(rank, os, &mut problems);
+    crate::timing::mark("affinity");
     let mems = apply_mems(step, rank, strict, os, &mut problems);
+    crate::timing::mark("mempolicy");
     if strict && let Some(p) = problems.first() {
         return Err(refusal(task, p));
     }
@@ -173,6 +178,7 @@ pub fn apply_rank(
             ))
         })?;
     }
+    crate::timing::mark("env");
     if step.resolved.verbose {
         // The CUDA ids the task really got (a per-task binding rewrites them).
         let cuda = env

@@ -17,6 +17,7 @@ use crate::options::user_choice;
 use crate::placement;
 use crate::state::Plugin;
 use crate::step_data::Prepared;
+use crate::timing;
 
 pub fn init_post_opt(plugin: &Plugin, host: &dyn Host) -> Result<(), Failure> {
     let user = user_choice(plugin.option(), |name| host.process_env(name))?;
@@ -33,6 +34,7 @@ pub fn remote(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failu
     let prepared = node::prepare(&settings, plugin.option(), host, os);
     // Multi-node GPU steps: the placement backstop, while still root (topology files).
     let prepared = placement::backstop(prepared, &settings, host, os);
+    timing::mark("placement");
     if let Prepared::Decided(outcome) = &prepared {
         log::trace!("gpu-affinity: settled in init_post_opt: {outcome:?}");
     }

@@ -130,6 +130,7 @@ mod step;
 mod step_data;
 mod task_init;
 mod task_post_fork;
+mod timing;
 mod topology;
 mod user_init;
 
@@ -206,7 +207,10 @@ mod exports {
             let argv = unsafe { args(ac, av) };
             // SAFETY: `sp` is this hook's handle and is used only inside it.
             let host = unsafe { SpankHost::new(sp) };
-            dispatch(&PLUGIN, hook, &host, &LiveOs, &argv)
+            let timer = timing::Hook::start(hook.name());
+            let result = dispatch(&PLUGIN, hook, &host, &LiveOs, &argv);
+            timer.finish();
+            result
         })
     }
 

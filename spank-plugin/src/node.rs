@@ -31,6 +31,7 @@ use crate::step_data::{
     FIRST_SPECIAL_STEP, MAX_NODE_GPUS, NO_GPUS, NodeInputs, Prepared, StepOutcome, VendorTopology,
     unplannable,
 };
+use crate::timing;
 
 /// Settle what can be settled before privileges are dropped, and read the node's inputs
 /// for a GPU step under a mode other than `off`. `option` is what the option callback
@@ -70,6 +71,7 @@ pub fn prepare(settings: &Settings, option: OptionValue, host: &dyn Host, os: &d
         Ok(_) => return Prepared::Decided(StepOutcome::LeftAlone(NO_GPUS)),
         Err(reason) => return Prepared::Decided(unplannable(resolved, reason)),
     }
+    timing::mark("step env");
     match read_node(settings, resolved, os) {
         Ok(node) => Prepared::Ready {
             resolved,
@@ -90,11 +92,14 @@ pub fn read_node(
     let mut machine = os
         .read_machine(&settings.sysfs_root, Detail::Placement)
         .map_err(|e| unplannable(resolved, format!("this node's topology is unknown ({e})")))?;
+    timing::mark("sysfs");
     let slurm_gpus = slurm_gpus(&machine, settings, resolved, os)?;
+    timing::mark("gres.conf");
     let cgroup_conf = cgroup_conf_path(os.slurmd_conf().as_deref());
     let constrain_devices = os
         .constrain_devices(&cgroup_conf, settings.owner)
         .map_err(|reason| unplannable(resolved, reason))?;
+    timing::mark("cgroup.conf");
     // An admin profile that cannot be used is the admin's to fix: strict refuses the
     // step with the reason, prefer carries on with the built-in profiles.
     let (profiles, warnings) =
@@ -115,7 +120,9 @@ pub fn read_node(
         };
     // Once per step: the fabric NICs, the environment and the topology decision in
     // user_init all use this detection.
+    timing::mark("profiles");
     let detection = detect_with(&machine, &profiles);
+    timing::mark("detection");
     let vendor_topology = topology_file(&detection, &profiles).map(|path| {
         let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path, settings.owner);
         if !matches!(
@@ -126,6 +133,7 @@ pub fn read_node(
         }
         VendorTopology { path, parsed }
     });
+    timing::mark("vendor topology");
     Ok(NodeInputs {
         machine,
         profiles,

@@ -301,6 +301,12 @@ fn make_dir_at(
 /// Remove the step directories in `run` whose slurmstepd is gone, except `own`.
 /// Failures are logged, never fatal: the sweep is housekeeping for this step.
 fn sweep(run: &File, run_dir: &Path, own: &str, owner: u32) {
+    // Step directories are directories: a run_dir whose link count is 2 (`.` and its
+    // entry in the parent: tmpfs, ext4, xfs) holds none, so there is nothing to list.
+    // Filesystems that do not count subdirectories (btrfs: 1) are listed as before.
+    if run.metadata().is_ok_and(|m| m.nlink() == 2) {
+        return;
+    }
     let listing = openat(
         run,
         ".",

@@ -222,10 +222,12 @@ pub fn plan_step(
     let fabric_nics =
         gpu_affinity::fabric::fabric_nics_for(machine, fabric.profiles, fabric.detection);
     let plan = solver::solve_with_fabric(machine, &request, &fabric_nics);
+    crate::timing::mark("solve");
     let topology_dir = run_dir::step_dir(&fabric.settings.run_dir, facts.job_id, facts.step_id);
     let mut step_fabric =
         fabric_env::step_env(machine, &plan, &fabric, &topology_dir, existing_env);
     step_fabric.warnings.splice(0..0, fabric.warnings);
+    crate::timing::mark("fabric env");
     let (cuda, note) = cuda_ids(machine, &gpus, &facts.gpus);
     if let Some(note) = note {
         log::info!("{note}");

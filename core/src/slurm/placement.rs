@@ -21,6 +21,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::topology::{Block, Blocks, Kind, Switch, Topology};
@@ -107,8 +109,10 @@ pub struct Placement {
 /// A node or an instance named twice is an error (one of the two would be misplaced).
 pub fn parse_nodemap(text: &str) -> Result<Vec<(String, String)>, PlacementError> {
     let mut out = Vec::new();
-    let mut nodes = HashMap::new();
-    let mut ids = HashMap::new();
+    // Keys borrowed from `text`, hashed with Fx (the admin's own file: no untrusted
+    // input to flood the table with collisions).
+    let mut nodes: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut ids: FxHashMap<&str, usize> = FxHashMap::default();
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let err = |message: String| PlacementError::NodeMap { line, message };
@@ -125,10 +129,10 @@ pub fn parse_nodemap(text: &str) -> Result<Vec<(String, String)>, PlacementError
                 "node name {node:?} is a hostlist, not one node"
             )));
         }
-        if let Some(prev) = nodes.insert(node.to_string(), line) {
+        if let Some(prev) = nodes.insert(node, line) {
             return Err(err(format!("node {node} already mapped on line {prev}")));
         }
-        if let Some(prev) = ids.insert(id.to_string(), line) {
+        if let Some(prev) = ids.insert(id, line) {
             return Err(err(format!("instance {id} already mapped on line {prev}")));
         }
         out.push((node.to_string(), id.to_string()));
@@ -297,8 +301,8 @@ type Unit = (Vec<String>, Vec<String>);
 fn instance_paths(
     source: Source,
     files: &[(String, String)],
-) -> Result<HashMap<String, Found>, PlacementError> {
-    let mut out: HashMap<String, Found> = HashMap::new();
+) -> Result<FxHashMap<String, Found>, PlacementError> {
+    let mut out: FxHashMap<String, Found> = FxHashMap::default();
     let mut put = |file: &str, id: String, path: Result<Unit, String>| {
         let path = path.and_then(|(p, b)| {
             if p.iter().chain(&b).any(|c| c.trim().is_empty()) {
@@ -475,26 +479,24 @@ pub fn place_with(
     unplaced: Unplaced,
 ) -> Result<Placement, PlacementError> {
     let map = parse_nodemap(nodemap)?;
-    let paths = instance_paths(source, files)?;
+    let mut paths = instance_paths(source, files)?;
     let mut out = Placement::default();
+    // parse_nodemap refuses an instance named twice, so each entry is taken (moved,
+    // not cloned) at most once.
     for (node, id) in map {
-        let e = match paths.get(&id) {
+        let e = match paths.remove(&id) {
             None => PlacementError::Unknown {
                 node: node.clone(),
                 id,
                 source_name: source.name(),
             },
             Some((file, Err(message))) => PlacementError::Entry {
-                file: file.clone(),
+                file,
                 id,
                 message: format!("{message} (node {node})"),
             },
             Some((_, Ok((path, block)))) => {
-                out.placed.push(NodePlace {
-                    node,
-                    path: path.clone(),
-                    block: block.clone(),
-                });
+                out.placed.push(NodePlace { node, path, block });
                 continue;
             }
         };
@@ -550,7 +552,7 @@ pub fn blocks_of(
     sizes: Option<&[u32]>,
 ) -> Result<(Topology, String), super::topology::TopologyError> {
     // Keyed by the full key, so a rack id reused under two clusters stays two units.
-    let mut index: HashMap<&[String], usize> = HashMap::new();
+    let mut index: FxHashMap<&[String], usize> = FxHashMap::default();
     let mut units: Vec<(&[String], &[String], Vec<String>)> = Vec::new();
     for p in &placement.placed {
         let i = *index.entry(&p.block).or_insert_with(|| {
@@ -656,8 +658,8 @@ pub fn tree(places: &[NodePlace], name: &str) -> (Topology, String) {
 /// that no switch is above (Slurm then never gives one job nodes on both sides).
 pub fn tree_of(placement: &Placement, name: &str) -> (Topology, String) {
     let places = &placement.placed;
-    let mut index: HashMap<&[String], usize> = HashMap::new();
-    let mut per_level: HashMap<usize, usize> = HashMap::new();
+    let mut index: FxHashMap<&[String], usize> = FxHashMap::default();
+    let mut per_level: FxHashMap<usize, usize> = FxHashMap::default();
     let mut switches: Vec<Switch> = Vec::new();
     // Each switch's path (so its depth), by position in `switches`.
     let mut paths: Vec<&[String]> = Vec::new();

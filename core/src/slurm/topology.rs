@@ -11,7 +11,7 @@
 //! Every parsed or written topology passes [`validate`], the checks slurmctld would
 //! otherwise make fatal at start-up (26.05 exits on a bad topology.yaml entry).
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -430,7 +430,7 @@ pub fn write_yaml_in(
 }
 
 fn check_names(topologies: &[Topology]) -> Result<(), TopologyError> {
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     for t in topologies {
         if !seen.insert(t.name.as_str()) {
             return Err(invalid(t, "named twice".into()));
@@ -490,8 +490,8 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
             if b.blocks.is_empty() {
                 return Err(invalid(t, "no blocks".into()));
             }
-            let mut names = HashSet::new();
-            let mut owner: HashMap<&str, &str> = HashMap::new();
+            let mut names = HashSet::default();
+            let mut owner: HashMap<&str, &str> = HashMap::default();
             for block in &b.blocks {
                 check_name(t, "block", &block.name)?;
                 if !names.insert(block.name.as_str()) {
@@ -534,7 +534,7 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
             if switches.is_empty() {
                 return Err(invalid(t, "no switches".into()));
             }
-            let mut index = HashMap::new();
+            let mut index = HashMap::default();
             for (i, s) in switches.iter().enumerate() {
                 check_name(t, "switch", &s.name)?;
                 if index.insert(s.name.as_str(), i).is_some() {
@@ -547,8 +547,8 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
                     ));
                 }
             }
-            let mut parent: HashMap<&str, &str> = HashMap::new();
-            let mut owner: HashMap<&str, &str> = HashMap::new();
+            let mut parent: HashMap<&str, &str> = HashMap::default();
+            let mut owner: HashMap<&str, &str> = HashMap::default();
             for s in switches {
                 for c in &s.children {
                     if !index.contains_key(c.as_str()) {
@@ -575,7 +575,7 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
             }
             // One parent each: walking down from the parentless switches reaches every
             // switch exactly when there is no cycle.
-            let mut seen = HashSet::new();
+            let mut seen = HashSet::default();
             let mut stack: Vec<&str> = switches
                 .iter()
                 .map(|s| s.name.as_str())

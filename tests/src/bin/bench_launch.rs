@@ -4,6 +4,13 @@
 //! and noise hit every arm alike.
 //! Prints the medians and their ratio; the goal is at most 2 % overhead. Not a timed
 //! test: run it on a quiet machine.
+//!
+//! Two kinds of step: a fresh launch (srun makes its own job; on 24.11 and later an
+//! overcommitting srun needs an allocation, so `salloc -Q -n1 ... srun`, see
+//! `Cluster::in_allocation`) and a step inside a held allocation (`salloc --no-shell`,
+//! then `srun --jobid`). `--breakdown N` then runs N strict steps with debug logging
+//! and prints each hook's time where it ran (srun's stderr at -vv, slurmd.log), from the
+//! plugin's own `gpu-affinity: timing:` lines.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -12,15 +19,28 @@ use gpu_affinity_tests::fixture;
 use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, Result, Variant, harness_err};
 
 const USAGE: &str = "usage: bench-launch [--runs N] [--tasks N] [--machine NAME] [--debug]
+                    [--slurm SERIES] [--kind launch|alloc|both|none] [--breakdown N]
 
 Times `srun -n8 true` with and without gpu_affinity.so on a throwaway local cluster
-(alternating, after warm-up) and prints medians and the ratio. Runs as root.";
+(alternating, after warm-up) and prints medians and the ratio, for a fresh launch and
+for a step inside an allocation (--kind, default both). --slurm picks the series (as
+GPU_AFFINITY_SLURM_SERIES does). --breakdown N: N more strict steps with debug logging,
+and the plugin's time per hook and phase. Runs as root.";
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Launch,
+    Alloc,
+}
 
 struct Args {
     runs: usize,
     tasks: u32,
     machine: String,
     variant: Variant,
+    series: Option<String>,
+    kinds: Vec<Kind>,
+    breakdown: usize,
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -29,6 +49,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         tasks: 8,
         machine: fixture::DEFAULT_MACHINE.to_owned(),
         variant: Variant::Release,
+        series: None,
+        kinds: vec![Kind::Launch, Kind::Alloc],
+        breakdown: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -46,6 +69,17 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             }
             "--machine" => a.machine = it.next().ok_or("--machine needs a name")?,
             "--debug" => a.variant = Variant::Debug,
+            "--slurm" => a.series = Some(it.next().ok_or("--slurm needs a series")?),
+            "--breakdown" => a.breakdown = num("--breakdown")?,
+            "--kind" => {
+                a.kinds = match it.next().as_deref() {
+                    Some("launch") => vec![Kind::Launch],
+                    Some("alloc") => vec![Kind::Alloc],
+                    Some("both") => vec![Kind::Launch, Kind::Alloc],
+                    Some("none") => Vec::new(),
+                    _ => return Err("--kind needs launch, alloc or both".into()),
+                }
+            }
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -108,49 +142,143 @@ fn run(a: &Args) -> Result<()> {
         &fixture::catalog_machine(&a.machine)?,
         fixture::online_cpus()?,
     );
-    let gpus = u32::try_from(machine.gpus.len()).unwrap_or(0);
-    let cluster = ClusterBuilder::new()
-        .machine(machine)
-        .plugin_variant(a.variant)
-        .start()?;
-    let mut base: Vec<String> = vec!["srun".into()];
-    base.extend(cluster.whole_node(a.tasks));
-    if gpus == 0 {
+    if machine.gpus.is_empty() {
         return Err(harness_err!("{} has no GPUs", a.machine));
     }
-    let mut strict: Vec<String> = base.clone();
-    strict.insert(1, "--gpu-affinity=strict".into());
-    let mut off: Vec<String> = base.clone();
-    off.insert(1, "--gpu-affinity=off".into());
-    for argv in [&mut base, &mut strict, &mut off] {
-        argv.push("true".into());
+    let mut builder = ClusterBuilder::new()
+        .machine(machine)
+        .plugin_variant(a.variant);
+    if let Some(series) = &a.series {
+        builder = builder.slurm_series(series);
     }
+    if a.breakdown > 0 {
+        // The plugin's timing lines are at Slurm's debug level.
+        builder = builder.slurmd_debug("debug");
+    }
+    let cluster = builder.start()?;
+    println!(
+        "bench-launch: Slurm {} ({}), {} ({:?} plugin), {} tasks",
+        cluster.series(),
+        version(&cluster),
+        a.machine,
+        a.variant,
+        a.tasks,
+    );
+    let mut step: Vec<String> = cluster.whole_node(a.tasks);
+    step.push("true".into());
+    for kind in &a.kinds {
+        measure(&cluster, a, *kind, &step)?;
+    }
+    if a.breakdown > 0 {
+        breakdown(&cluster, a.breakdown, &step)?;
+    }
+    Ok(())
+}
+
+fn version(cluster: &Cluster) -> String {
+    let (x, y, z) = cluster.slurm_version();
+    format!("{x}.{y:02}.{z}")
+}
+
+/// An allocation held for the bench's in-allocation steps, cancelled on drop.
+struct Allocation<'a> {
+    cluster: &'a Cluster,
+    job: String,
+}
+
+impl<'a> Allocation<'a> {
+    /// `salloc --no-shell` for one task with the node's CPUs and GPUs (what an
+    /// overcommitting step fits in on every series).
+    fn hold(cluster: &'a Cluster) -> Result<Allocation<'a>> {
+        let mut argv = vec!["salloc".to_owned(), "--no-shell".to_owned()];
+        argv.extend(cluster.whole_node_allocation());
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let out = cluster
+            .command(&argv, &ClientOptions::bounded(60))?
+            .output()
+            .map_err(|e| harness_err!("run salloc: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stderr);
+        let job = text
+            .split("Granted job allocation ")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .filter(|j| j.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| harness_err!("salloc --no-shell gave no job id: {}", text.trim()))?;
+        Ok(Allocation {
+            cluster,
+            job: job.to_owned(),
+        })
+    }
+}
+
+impl Drop for Allocation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut cmd) = self
+            .cluster
+            .command(&["scancel", &self.job], &ClientOptions::bounded(30))
+        {
+            let _ = cmd.output();
+        }
+    }
+}
+
+/// The srun argv of one arm: `mode` (`None`: no option) for `step`, as `kind` runs it.
+fn arm_argv(
+    cluster: &Cluster,
+    kind: Kind,
+    job: Option<&str>,
+    mode: Option<&str>,
+    step: &[String],
+) -> Vec<String> {
+    let mut argv = vec!["srun".to_owned()];
+    if let Some(job) = job {
+        argv.push(format!("--jobid={job}"));
+    }
+    if let Some(mode) = mode {
+        argv.push(format!("--gpu-affinity={mode}"));
+    }
+    argv.extend(step.iter().cloned());
+    // 24.11 and later keep an overcommitting srun that makes its own job pending; a
+    // fresh launch there is a one-task salloc around it (22.05 runs it as it is).
+    if kind == Kind::Launch && cluster.slurm_at_least(23, 2) {
+        let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+        return cluster.in_allocation(&refs);
+    }
+    argv
+}
+
+fn measure(cluster: &Cluster, a: &Args, kind: Kind, step: &[String]) -> Result<()> {
+    let allocation = match kind {
+        Kind::Alloc => Some(Allocation::hold(cluster)?),
+        Kind::Launch => None,
+    };
+    let job = allocation.as_ref().map(|al| al.job.as_str());
     // (label, plugin on the plugstack, srun argv)
-    let arms: [(&str, bool, Vec<&str>); 3] = [
+    let arms: [(&str, bool, Vec<String>); 3] = [
         (
             "without plugin",
             false,
-            base.iter().map(String::as_str).collect(),
+            arm_argv(cluster, kind, job, None, step),
         ),
         (
             "plugin, strict",
             true,
-            strict.iter().map(String::as_str).collect(),
+            arm_argv(cluster, kind, job, Some("strict"), step),
         ),
         (
             "plugin, off",
             true,
-            off.iter().map(String::as_str).collect(),
+            arm_argv(cluster, kind, job, Some("off"), step),
         ),
     ];
-
     println!(
-        "bench-launch: {} ({:?} plugin), {} tasks, {} rounds after 3 warm-up rounds; each round runs\n  \
-         `{}`\n  with the plugin on the plugstack as `--gpu-affinity=strict` and `--gpu-affinity=off`\n  \
-         and without it, in a rotating order",
-        a.machine,
-        a.variant,
-        a.tasks,
+        "{}: {} rounds after 3 warm-up rounds; each round runs\n  `{}`\n  with the plugin on \
+         the plugstack as `--gpu-affinity=strict` and `--gpu-affinity=off`\n  and without it, \
+         in a rotating order",
+        match kind {
+            Kind::Launch => "fresh launch",
+            Kind::Alloc => "inside an allocation",
+        },
         a.runs,
         arms[0].2.join(" "),
     );
@@ -161,7 +289,8 @@ fn run(a: &Args) -> Result<()> {
             let i = (round + k) % arms.len();
             let (_, loaded, argv) = &arms[i];
             cluster.write_plugstack(*loaded)?;
-            let t = time_step(&cluster, argv)?;
+            let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let t = time_step(cluster, &argv)?;
             if round >= 3 {
                 times[i].push(t);
             }
@@ -187,6 +316,88 @@ fn run(a: &Args) -> Result<()> {
         if ratio <= 1.02 { "OK" } else { "ABOVE GOAL" },
         off_ratio,
         (off_ratio - 1.0) * 100.0
+    );
+    Ok(())
+}
+
+/// One hook's (or phase's) times over the breakdown's steps, by where it ran.
+#[derive(Default)]
+struct Figures {
+    rows: Vec<(String, Vec<f64>)>,
+}
+
+impl Figures {
+    fn add(&mut self, key: String, value: f64) {
+        match self.rows.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(value),
+            None => self.rows.push((key, vec![value])),
+        }
+    }
+
+    /// `text`'s timing lines (`gpu-affinity: timing: HOOK T ms (PHASE T, ...)`), as `side`.
+    fn read(&mut self, side: &str, text: &str) {
+        for line in text.lines() {
+            let Some(rest) = line.split("gpu-affinity: timing: ").nth(1) else {
+                continue;
+            };
+            let (head, phases) = match rest.split_once(" (") {
+                Some((h, p)) => (h, p.trim_end_matches(')')),
+                None => (rest, ""),
+            };
+            let mut words = head.split_whitespace();
+            let (Some(hook), Some(Ok(total))) = (words.next(), words.next().map(str::parse)) else {
+                continue;
+            };
+            self.add(format!("{side} {hook}"), total);
+            for phase in phases.split(", ").filter(|p| !p.is_empty()) {
+                if let Some((name, Ok(t))) = phase.rsplit_once(' ').map(|(n, t)| (n, t.parse())) {
+                    self.add(format!("{side} {hook} / {name}"), t);
+                }
+            }
+        }
+    }
+}
+
+/// N strict steps with debug logging; each hook's median per call and calls per step,
+/// in srun (its stderr at -vv) and on the node (slurmd.log: slurmstepd and the tasks).
+fn breakdown(cluster: &Cluster, steps: usize, step: &[String]) -> Result<()> {
+    cluster.write_plugstack(true)?;
+    let before = cluster.log("slurmd.log").len();
+    let mut figures = Figures::default();
+    let mut argv = arm_argv(cluster, Kind::Launch, None, Some("strict"), step);
+    if let Some(srun) = argv.iter().position(|a| a == "srun") {
+        argv.insert(srun + 1, "-vv".to_owned());
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    for _ in 0..steps {
+        let out = cluster
+            .command(&argv, &ClientOptions::bounded(60))?
+            .output()
+            .map_err(|e| harness_err!("run srun: {e}"))?;
+        figures.read("srun", &String::from_utf8_lossy(&out.stderr));
+    }
+    // slurmstepd's last lines (exit) land a moment after srun returns.
+    std::thread::sleep(Duration::from_millis(500));
+    let log = cluster.log("slurmd.log");
+    figures.read("node", log.get(before..).unwrap_or(""));
+    println!(
+        "breakdown: {steps} strict steps `{}`; per hook and phase where it ran: median ms \
+         per call, calls per step",
+        argv.join(" ")
+    );
+    let mut sum = [0.0f64; 2];
+    for (key, values) in &mut figures.rows {
+        values.sort_by(f64::total_cmp);
+        let median = values[values.len() / 2];
+        let per_step = values.len() as f64 / steps as f64;
+        println!("  {key:<40} {median:8.3} ms  x{per_step:.1}");
+        if !key.contains(" / ") {
+            sum[usize::from(key.starts_with("node"))] += median * per_step;
+        }
+    }
+    println!(
+        "  sum per step: srun {:.3} ms, node {:.3} ms (task hooks run in parallel tasks)",
+        sum[0], sum[1]
     );
     Ok(())
 }
