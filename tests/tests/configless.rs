@@ -12,7 +12,27 @@ mod common;
 use std::path::Path;
 
 use common::{ND_H100_V5, check_step, machine, probe_whole_node, start};
-use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder};
+use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, StepOutput};
+
+/// A two-task step on `nodes` running `command`, inside a four-node allocation.
+fn step_in_allocation(cluster: &Cluster, nodes: &str, command: &str) -> StepOutput {
+    let argv = [
+        "salloc",
+        "-N4",
+        "--gres=gpu:1",
+        "srun",
+        "-N2",
+        "-n2",
+        "-w",
+        nodes,
+        "sh",
+        "-c",
+        command,
+    ];
+    cluster
+        .client(&argv, &ClientOptions::bounded(60))
+        .expect("salloc")
+}
 
 fn empty(dir: &Path) -> bool {
     std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
@@ -94,24 +114,7 @@ fn a_configless_node_backstop_refuses_a_strict_step_across_blocks() {
     let touch = format!("touch {}/ran-$SLURMD_NODENAME", marks.display());
     // Inside a four-node allocation srun's environment lists the job's nodes, not the
     // step's two: srun leaves it to the nodes, which decide from their fetched files.
-    let out = cluster
-        .client(
-            &[
-                "salloc",
-                "-N4",
-                "--gres=gpu:1",
-                "srun",
-                "-N2",
-                "-n2",
-                "-w",
-                "pa1,pa2",
-                "sh",
-                "-c",
-                &touch,
-            ],
-            &ClientOptions::bounded(60),
-        )
-        .expect("salloc");
+    let out = step_in_allocation(&cluster, "pa1,pa2", &touch);
     let refusal = "gpu-affinity: step spans 2 placement blocks: b1=[pa1] b2=[pa2]";
     assert!(!out.success() && out.stderr.contains(refusal), "{out}");
     assert!(empty(&marks), "a task ran: {out}");
@@ -121,24 +124,7 @@ fn a_configless_node_backstop_refuses_a_strict_step_across_blocks() {
         "the nodes did not refuse: {out}"
     );
     // Inside one block the same allocation's step runs.
-    let out = cluster
-        .client(
-            &[
-                "salloc",
-                "-N4",
-                "--gres=gpu:1",
-                "srun",
-                "-N2",
-                "-n2",
-                "-w",
-                "pa1,pb1",
-                "sh",
-                "-c",
-                &touch,
-            ],
-            &ClientOptions::bounded(60),
-        )
-        .expect("salloc");
+    let out = step_in_allocation(&cluster, "pa1,pb1", &touch);
     assert!(out.success(), "{out}");
     assert!(!empty(&marks), "{out}");
     assert!(cluster.daemons_alive(), "{}", cluster.log_tails());

@@ -126,6 +126,15 @@ fn inject_xid79(n: &Node) -> String {
     reason
 }
 
+/// A one-GPU job that prints RAN-ON-BAD-NODE if it runs (it must not, after a drain).
+fn srun_a_gpu_job(c: &Cluster) -> gpu_affinity_tests::StepOutput {
+    c.client(
+        &["srun", "-n1", "--gres=gpu:1", "echo", "RAN-ON-BAD-NODE"],
+        &ClientOptions::bounded(30),
+    )
+    .expect("srun")
+}
+
 fn start(test: &str, setup: HealthSetup) -> Option<Cluster> {
     ClusterBuilder::new()
         .health_programs(setup)
@@ -218,12 +227,7 @@ fn prolog_failure_drains_with_the_suites_reason() {
         .expect("srun");
     assert!(ok.success(), "healthy prolog: {ok}");
     let reason = inject_xid79(&n);
-    let bad = c
-        .client(
-            &["srun", "-n1", "--gres=gpu:1", "echo", "RAN-ON-BAD-NODE"],
-            &ClientOptions::bounded(30),
-        )
-        .expect("srun");
+    let bad = srun_a_gpu_job(&c);
     eprintln!(
         "MEASURED srun after prolog failure: exit {:?}; stderr: {}",
         bad.code(),
@@ -741,12 +745,7 @@ fn a_configless_nodes_prolog_drains_with_the_suites_reason() {
         "slurmd names its conf-cache: {env}"
     );
     let reason = inject_xid79(&n);
-    let bad = c
-        .client(
-            &["srun", "-n1", "--gres=gpu:1", "echo", "RAN-ON-BAD-NODE"],
-            &ClientOptions::bounded(30),
-        )
-        .expect("srun");
+    let bad = srun_a_gpu_job(&c);
     assert!(
         !bad.success() && !bad.stdout.contains("RAN-ON-BAD-NODE"),
         "{bad}"
