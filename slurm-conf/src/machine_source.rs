@@ -39,16 +39,19 @@ impl MachineArgs {
     }
 }
 
-pub fn print_catalog() {
+/// The catalog listing `gpu-affinity machines` prints, one machine a line.
+pub fn catalog_listing() -> String {
+    let mut out = String::new();
     for entry in catalog::entries() {
         let marker = if entry.name == catalog::DEFAULT_MACHINE {
             " (default)"
         } else {
             ""
         };
-        println!(
-            "{:<28} {:<6} {}{marker}",
+        out.push_str(&format!(
+            "{:<28} {:<6} {}{marker}\n",
             entry.name, entry.vendor, entry.description
-        );
+        ));
     }
+    out
 }

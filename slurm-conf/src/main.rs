@@ -96,10 +96,8 @@ fn main() -> ExitCode {
         // Its own exit codes: 2 for bad input, 1 is a failed finding.
         Command::Audit(args) => return audit::run(&args),
         Command::Fixture(args) => fixture::run(&args).map(|()| ExitCode::SUCCESS),
-        Command::Machines => {
-            machine_source::print_catalog();
-            Ok(ExitCode::SUCCESS)
-        }
+        // Through emit: `gpu-affinity machines | head` closes the pipe early.
+        Command::Machines => emit(&machine_source::catalog_listing()).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::run(&args).map(|()| ExitCode::SUCCESS),
         Command::Install(args) => install::install(&args).map(|()| ExitCode::SUCCESS),
         Command::Uninstall(args) => install::uninstall(&args).map(|()| ExitCode::SUCCESS),
