@@ -802,6 +802,14 @@ mod tests {
             Some(Path::new(crate::nvml::DEFAULT_LIBRARY))
         );
         assert_eq!(c.health.nvml, Some(true));
+        // `[active]`: off, as without a config; the bound shown is the one applied.
+        let a = &c.health.active;
+        assert_eq!((a.dcgm_diag_level, a.in_prolog), (0, false));
+        assert_eq!(
+            a.timeout_s,
+            Some(gpu_affinity::config::DEFAULT_ACTIVE_TIMEOUT_S)
+        );
+        assert_eq!((&a.dcgmi, &a.all_reduce_perf), (&None, &None));
     }
 
     /// The options a man page's SYNOPSIS names (`\-\-json`, `\-V`).
