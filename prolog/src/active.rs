@@ -81,6 +81,10 @@ fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Out
     }
     let mut child = Command::new(program)
         .args(args)
+        // Nothing of the job's or slurmd's environment steers what runs as root: the
+        // program finds its libraries by its rpath or ld.so.conf.
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
