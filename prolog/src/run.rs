@@ -337,6 +337,10 @@ pub fn pass(
 ) {
     let root = root_of(cfg);
     let ms = Duration::from_millis;
+    // Job marks are kmsg sequence numbers of one boot (see `PassState::in_boot`).
+    let r = root.clone();
+    let boot = bounded::within(ms(SYSFS_BOUND_MS), move || readers::read_boot_id(&r));
+    let prev = &prev.clone().in_boot(boot.ok().flatten().as_deref());
     let r = root.clone();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
     let nvml = if cfg.health.nvml == Some(false) {

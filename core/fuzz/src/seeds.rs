@@ -403,6 +403,7 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         b"4,10,1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x\n6,20,2,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.86.15\n4,30,3,-;NVRM: Xid (PCI:0000:53:00): 48, pid=1, name=x\n",
     )?;
     c.add("xid_policy", xid::EMBEDDED_POLICY.as_bytes())?;
+    c.health(health::BOOT_ID, b"0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9\n")?;
     // `dcgmi diag -j` as DCGM 4.x (entity_group / entity_id) and 3.x (gpu_id) write it,
     // and the runtime-error form; nccl-tests' all_reduce_perf table and summary lines.
     c.add(

@@ -55,6 +55,7 @@ pub fn evaluate(
         clean_passes: prev.clean_passes,
         job_kmsg: prev.job_kmsg.clone(),
         drains_held_back: prev.drains_held_back,
+        boot_id: prev.boot_id.clone(),
         ..PassState::default()
     };
     let checks: Vec<Outcome> = CHECKS

@@ -567,12 +567,31 @@ pub struct PassState {
     /// programs, since the state dir was made: the textfile's counter.
     #[serde(default)]
     pub drains_held_back: u64,
+    /// The boot the state was written in (/proc/sys/kernel/random/boot_id): the kernel
+    /// log's sequence numbers start again at each boot, so marks from another boot mean
+    /// nothing in this one.
+    #[serde(default)]
+    pub boot_id: Option<String>,
 }
 
 impl PassState {
     /// Job marks kept at most: a job whose epilog never ran (a node rebooted mid-job) must
     /// not grow the state forever.
     pub const MAX_JOB_MARKS: usize = 256;
+
+    /// The state as this boot sees it: a state written in another boot keeps its counters
+    /// but loses its job kmsg marks (a job requeued across a reboot keeps its id, and its
+    /// old mark would hide this boot's XIDs from its epilog). `None` (the boot id
+    /// unreadable): kept as it is.
+    pub fn in_boot(mut self, boot_id: Option<&str>) -> PassState {
+        if let Some(now) = boot_id {
+            if self.boot_id.as_deref() != Some(now) {
+                self.job_kmsg.clear();
+            }
+            self.boot_id = Some(now.to_string());
+        }
+        self
+    }
 
     /// Remember where the kernel log stood at `job`'s start; the oldest marks go first.
     pub fn mark_job(&mut self, job: &str, seq: u64) {

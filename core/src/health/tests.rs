@@ -975,3 +975,55 @@ fn active_tests_drain_on_failure_and_warn_on_a_gap() {
         assert_eq!(r.reason(), format!("gpu-affinity: {code}"));
     }
 }
+
+/// The kernel log starts its sequence numbers again at each boot: job marks from another
+/// boot are dropped (a job requeued across a reboot keeps its id), counters are kept; an
+/// unreadable boot id changes nothing.
+#[test]
+fn job_marks_do_not_outlive_their_boot() {
+    let a = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+    let b = "9f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+    let mut s = PassState::default().in_boot(Some(a));
+    s.mark_job("41", 900_000);
+    s.drains_held_back = 2;
+    let same = s.clone().in_boot(Some(a));
+    assert_eq!(same.job_kmsg.get("41"), Some(&900_000));
+    let unknown = s.clone().in_boot(None);
+    assert_eq!(unknown, s);
+    let rebooted = s.in_boot(Some(b));
+    assert!(rebooted.job_kmsg.is_empty());
+    assert_eq!(rebooted.drains_held_back, 2);
+    assert_eq!(rebooted.boot_id.as_deref(), Some(b));
+    // Saved states without the field read as "boot unknown": their marks go at the first
+    // pass that reads a boot id.
+    let old: PassState = serde_json::from_str(r#"{"job_kmsg":{"7":5}}"#).expect("old state");
+    assert!(old.in_boot(Some(a)).job_kmsg.is_empty());
+    // What evaluate hands on keeps the boot.
+    let (inputs, expect) = healthy();
+    let prev = PassState::default().in_boot(Some(a));
+    let (_, next) = evaluate(
+        &inputs,
+        &expect,
+        &XidPolicy::embedded(),
+        &Scope::default(),
+        &prev,
+    );
+    assert_eq!(next.boot_id.as_deref(), Some(a));
+}
+
+#[test]
+fn boot_id_is_the_kernels_uuid_form() {
+    assert_eq!(
+        parse::boot_id("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9\n").as_deref(),
+        Some("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9")
+    );
+    for bad in [
+        "",
+        "0f1e2d3c-4b5a-4978-8695",
+        "0F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F9",
+        "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0fz",
+        "../etc/passwd",
+    ] {
+        assert_eq!(parse::boot_id(bad), None, "{bad:?}");
+    }
+}
