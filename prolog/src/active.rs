@@ -109,23 +109,28 @@ fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Out
         String::from_utf8_lossy(&b).into_owned()
     });
     let deadline = Instant::now() + bound;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() >= deadline => {
-                kill_group(child.id());
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(Gap::Timeout {
-                    after_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
-                });
-            }
-            Ok(None) => thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(Gap::Failed(format!("{shown}: {e}"))),
+    let pid = libc::pid_t::try_from(child.id()).unwrap_or(0);
+    // Poll without reaping (WNOWAIT): while the leader is unreaped its pid, so its group
+    // id, cannot be reused, and the group kill below can reach no other process.
+    loop {
+        if exited(pid) {
+            break;
         }
-    };
-    // The group may still hold the pipes (a helper left running): end it, then read.
-    kill_group(child.id());
+        if Instant::now() >= deadline {
+            kill_group(pid);
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Gap::Timeout {
+                after_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    // A helper left running may hold the pipes open: end the group, then reap and read.
+    kill_group(pid);
+    let status = child
+        .wait()
+        .map_err(|e| Gap::Failed(format!("{shown}: {e}")))?;
     Ok(Output {
         stdout: out_reader.join().unwrap_or_default(),
         status: status.to_string(),
@@ -133,12 +138,32 @@ fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Out
     })
 }
 
-fn kill_group(pid: u32) {
-    if let Ok(pid) = libc::pid_t::try_from(pid)
-        && pid > 1
-    {
-        // SAFETY: kill(2) takes plain integers; the group is the one this child leads
-        // (process_group(0)), so no other process group is signalled.
+/// Whether the child `pid` has exited, leaving it unreaped; an error counts as exited
+/// (the wait after it reports the status).
+fn exited(pid: libc::pid_t) -> bool {
+    if pid <= 1 {
+        return true;
+    }
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid(2).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only into `info`; WNOWAIT leaves the child waitable.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: after a successful waitid, si_pid is set (0 while the child runs).
+    rc != 0 || unsafe { info.si_pid() } != 0
+}
+
+/// SIGKILL to the group `pid` leads (`process_group(0)`); called only while the leader
+/// is unreaped, so the group id is still its own.
+fn kill_group(pid: libc::pid_t) {
+    if pid > 1 {
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
         unsafe {
             libc::kill(-pid, libc::SIGKILL);
         }

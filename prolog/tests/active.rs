@@ -125,6 +125,10 @@ fn run_cases() -> usize {
         hang_bound + Duration::from_secs(1),
         &|| report(dcgm("hang", hang_bound), none()),
     );
+    // A helper left running with the pipe open is killed with the program's group.
+    failures += timed("dcgmi leaving a helper", Verdict::Ok, "", bound, &|| {
+        report(dcgm("helper", bound), none())
+    });
     failures += timed(
         "dcgmi without host engine",
         Verdict::Warn,

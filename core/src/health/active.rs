@@ -84,7 +84,6 @@ fn field(v: &Value) -> Option<String> {
 
 /// `dcgmi diag -j`'s JSON.
 pub fn dcgm_diag(text: &str) -> Result<DcgmDiag, ActiveError> {
-    let text = text.get(..MAX_OUTPUT.min(text.len())).unwrap_or(text);
     let doc: Value = serde_json::from_str(text).map_err(|e| {
         let why = e.to_string();
         ActiveError::NotJson(why.lines().next().unwrap_or("").to_string())

@@ -1,7 +1,7 @@
 //! Fake `dcgmi` and nccl-tests `all_reduce_perf` for the tests that run the active
 //! tests (active.rs, fault_matrix.rs): the test binary plays them when called by those
 //! names (argv[0]), the directory it is linked in picking the behaviour (`pass`, `fail`,
-//! `hang`, `garbage`; the runner clears the environment, so no variable can), printing the
+//! `hang`, `garbage`, `helper`; the runner clears the environment, so no variable can), printing the
 //! real output formats.
 
 use std::path::Path;
@@ -70,6 +70,18 @@ fn fake(name: &str, mode: &str) -> ! {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if mode == "hang" {
         std::thread::sleep(Duration::from_secs(3600));
+    }
+    if mode == "helper" {
+        // Leave a helper behind holding stdout open (the `hang` sibling), then answer as
+        // `pass`: the runner must end the helper's group, or its read never ends.
+        let argv0 = std::env::args().next().unwrap_or_default();
+        let base = Path::new(&argv0).parent().and_then(Path::parent);
+        if let Some(base) = base {
+            let _ = std::process::Command::new(base.join("hang").join(name))
+                .args(&args)
+                .spawn();
+        }
+        fake(name, "pass");
     }
     match name {
         "dcgmi" => {
