@@ -183,7 +183,32 @@ pub struct HealthConfig {
     pub gres_conf: Option<PathBuf>,
     pub textfile: Option<PathBuf>,
     pub dcgm_job_mapping_dir: Option<PathBuf>,
+    /// `[active]`: DCGM diagnostics and the one-node all-reduce floor.
+    pub active: ActiveConfig,
 }
+
+/// `[active]`: opt-in active tests, run by the health program on an idle node and by the
+/// prolog only with `in_prolog = true`, each under `timeout_s`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ActiveConfig {
+    /// `dcgmi`'s absolute path (checked root-owned when run).
+    pub dcgmi: Option<PathBuf>,
+    /// `dcgmi diag -r LEVEL`: 0 (default) is off, 1-4 DCGM's suites.
+    pub dcgm_diag_level: u8,
+    /// nccl-tests' `all_reduce_perf`, absolute (checked root-owned when run).
+    pub all_reduce_perf: Option<PathBuf>,
+    /// GB/s; `None`: measured and reported, drains only on wrong values.
+    pub all_reduce_floor_gbps: Option<f64>,
+    /// The prolog runs them too (before every job: they cost the job's start time).
+    pub in_prolog: bool,
+    /// Each test's hard bound, seconds; `None`: [`DEFAULT_ACTIVE_TIMEOUT_S`].
+    pub timeout_s: Option<u32>,
+}
+
+/// `[active] timeout_s` unset: core's `ACTIVE_BOUND_MS`.
+pub const DEFAULT_ACTIVE_TIMEOUT_S: u32 = (crate::health::ACTIVE_BOUND_MS / 1000) as u32;
+/// `[active] timeout_s` at most: an hour (DCGM's level 4 runs about that).
+pub const MAX_ACTIVE_TIMEOUT_S: u32 = 3600;
 
 /// `[storage] checkpoint_*`: the checkpoint directory's write-bandwidth probe.
 #[derive(Clone, Debug, PartialEq)]
@@ -408,6 +433,19 @@ struct ConfigDoc {
     slurm: SlurmDoc,
     #[serde(default)]
     metrics: MetricsDoc,
+    #[serde(default)]
+    active: ActiveDoc,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ActiveDoc {
+    dcgmi: Option<Spanned<String>>,
+    dcgm_diag_level: Option<Spanned<i64>>,
+    all_reduce_perf: Option<Spanned<String>>,
+    all_reduce_floor_gbps: Option<Spanned<f64>>,
+    in_prolog: Option<bool>,
+    timeout_s: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -638,6 +676,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         })
         .transpose()?;
     let checkpoint = checkpoint(&doc.storage, &at, &dir)?;
+    let active = active(&doc.active, &at, &path)?;
     let mut mounts = Vec::new();
     for m in doc.storage.mount {
         if !m.path.get_ref().starts_with('/') {
@@ -674,6 +713,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             "[metrics] dcgm_job_mapping_dir",
             &doc.metrics.dcgm_job_mapping_dir,
         )?,
+        active,
     };
     Ok(Config {
         health,
@@ -707,6 +747,68 @@ fn checked_float(
             }
         })
         .transpose()
+}
+
+/// `[active]`: a level without `dcgmi`, or a floor without `all_reduce_perf`, is a mistake.
+fn active(
+    doc: &ActiveDoc,
+    at: &impl Fn(usize, String) -> ConfigError,
+    path: &impl Fn(&str, &Option<Spanned<String>>) -> Result<Option<PathBuf>, ConfigError>,
+) -> Result<ActiveConfig, ConfigError> {
+    let ranged = |key: &str, value: &Option<Spanned<i64>>, lo: i64, hi: i64| {
+        value
+            .as_ref()
+            .map(|v| {
+                let n = *v.get_ref();
+                if (lo..=hi).contains(&n) {
+                    Ok(n)
+                } else {
+                    Err(at(
+                        v.span().start,
+                        format!("{key} = {n} is invalid: expected {lo} to {hi}"),
+                    ))
+                }
+            })
+            .transpose()
+    };
+    let level = ranged("[active] dcgm_diag_level", &doc.dcgm_diag_level, 0, 4)?;
+    let timeout = ranged(
+        "[active] timeout_s",
+        &doc.timeout_s,
+        1,
+        i64::from(MAX_ACTIVE_TIMEOUT_S),
+    )?;
+    let floor = checked_float(
+        at,
+        "[active] all_reduce_floor_gbps",
+        &doc.all_reduce_floor_gbps,
+        |f| f.is_finite() && f > 0.0,
+        "a bandwidth above 0 (GB/s)",
+    )?;
+    let dcgmi = path("[active] dcgmi", &doc.dcgmi)?;
+    let all_reduce_perf = path("[active] all_reduce_perf", &doc.all_reduce_perf)?;
+    if let (Some(v), None) = (&doc.dcgm_diag_level, &dcgmi)
+        && *v.get_ref() > 0
+    {
+        return Err(at(
+            v.span().start,
+            "[active] dcgm_diag_level needs [active] dcgmi".into(),
+        ));
+    }
+    if let (Some(v), None) = (&doc.all_reduce_floor_gbps, &all_reduce_perf) {
+        return Err(at(
+            v.span().start,
+            "[active] all_reduce_floor_gbps needs [active] all_reduce_perf".into(),
+        ));
+    }
+    Ok(ActiveConfig {
+        dcgmi,
+        dcgm_diag_level: level.and_then(|l| u8::try_from(l).ok()).unwrap_or(0),
+        all_reduce_perf,
+        all_reduce_floor_gbps: floor,
+        in_prolog: doc.in_prolog.unwrap_or(false),
+        timeout_s: timeout.and_then(|t| u32::try_from(t).ok()),
+    })
 }
 
 /// `[storage] checkpoint_dir`, `checkpoint_floor_mbps`, `checkpoint_probe_mib`: a floor or
@@ -1076,6 +1178,47 @@ mod tests {
         );
         assert_eq!(h.leftover_memory_mib, Some(512));
         assert_eq!(h.checkpoint, None);
+        assert_eq!(h.active, ActiveConfig::default());
+        let a = parse(
+            "[active]\ndcgmi = \"/usr/bin/dcgmi\"\ndcgm_diag_level = 2\nall_reduce_perf = \"/opt/nccl-tests/all_reduce_perf\"\n\
+             all_reduce_floor_gbps = 350\nin_prolog = true\ntimeout_s = 600\n",
+        )
+        .expect("[active]")
+        .health
+        .active;
+        assert_eq!(
+            (
+                a.dcgm_diag_level,
+                a.all_reduce_floor_gbps,
+                a.in_prolog,
+                a.timeout_s
+            ),
+            (2, Some(350.0), true, Some(600))
+        );
+        for (text, error) in [
+            (
+                "[active]\ndcgm_diag_level = 1\n",
+                "config line 2: [active] dcgm_diag_level needs [active] dcgmi",
+            ),
+            (
+                "[active]\ndcgmi = \"/usr/bin/dcgmi\"\ndcgm_diag_level = 5\n",
+                "config line 3: [active] dcgm_diag_level = 5 is invalid: expected 0 to 4",
+            ),
+            (
+                "[active]\nall_reduce_floor_gbps = 100.0\n",
+                "config line 2: [active] all_reduce_floor_gbps needs [active] all_reduce_perf",
+            ),
+            (
+                "[active]\ndcgmi = \"dcgmi\"\n",
+                "config line 2: [active] dcgmi = 'dcgmi' is invalid: expected an absolute path",
+            ),
+            (
+                "[active]\ntimeout_s = 0\n",
+                "config line 2: [active] timeout_s = 0 is invalid: expected 1 to 3600",
+            ),
+        ] {
+            assert_eq!(parse(text).expect_err(text).to_string(), error);
+        }
         let c = parse("[storage]\ncheckpoint_dir = \"/fsx/ckpt\"\ncheckpoint_floor_mbps = 500\n")
             .expect("[storage] checkpoint");
         assert_eq!(

@@ -4,6 +4,7 @@
 //! `std::process::exit` (which takes every thread down) and a watchdog ends the process at
 //! the overall deadline whatever the main thread is doing.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -68,13 +69,32 @@ pub fn within<T: Send + 'static>(
     start(bound, read).wait()
 }
 
-/// End the process with `code` at `deadline` from now, whatever else is running: the last
-/// line of defence should a bounded call still overrun (a bug), so a prolog never hangs.
+/// Time the watchdog grants on top of its deadline: what the active tests announced they
+/// may take (each under its own bound) before they started.
+static EXTRA_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Give the watchdog `by` more before it ends the process (an active test about to run
+/// under that bound).
+pub fn extend_watchdog(by: Duration) {
+    let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+    EXTRA_MS.fetch_add(ms, Ordering::SeqCst);
+}
+
+/// End the process with `code` at `deadline` from now (plus what [`extend_watchdog`]
+/// granted), whatever else is running: the last line of defence should a bounded call
+/// still overrun (a bug), so a prolog never hangs.
 pub fn watchdog(deadline: Duration, program: &'static str, code: i32) {
     let _ = thread::Builder::new()
         .name("watchdog".into())
         .spawn(move || {
             thread::sleep(deadline);
+            loop {
+                let extra = EXTRA_MS.swap(0, Ordering::SeqCst);
+                if extra == 0 {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(extra));
+            }
             eprintln!(
                 "{program}: overall deadline of {} ms passed; exiting",
                 deadline.as_millis()

@@ -2,6 +2,7 @@
 //! bounded runner, the Slurm client seam, root-owned state, and [`run::main`], which the
 //! prolog, epilog and health binaries share. Decisions are core's (`gpu_affinity::health`).
 
+pub mod active;
 pub mod bounded;
 pub mod metrics;
 pub mod nvml;

@@ -41,6 +41,14 @@ pub(crate) fn small_file(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, Str
     Ok(Some(bytes))
 }
 
+/// This boot's id (ROOT/proc/sys/kernel/random/boot_id); `None` when absent or not the
+/// kernel's form.
+pub fn read_boot_id(root: &Path) -> Gathered<Option<String>> {
+    let path = under(root, "/proc/sys/kernel/random/boot_id");
+    let bytes = small_file(&path, 64).map_err(Gap::Failed)?;
+    Ok(bytes.and_then(|b| gpu_affinity::health::parse::boot_id(&String::from_utf8_lossy(&b))))
+}
+
 /// The machine (with PCIe links and port state/rate), GPUs gone from the bus, and the
 /// `link_downed` counter of every fabric port.
 pub fn read_sysfs(root: &Path) -> Gathered<SysfsData> {
@@ -308,6 +316,19 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    #[test]
+    fn the_boot_id_is_read_under_the_root() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert_eq!(read_boot_id(dir.path()), Ok(None));
+        let at = dir.path().join("proc/sys/kernel/random");
+        std::fs::create_dir_all(&at).expect("dirs");
+        let id = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+        std::fs::write(at.join("boot_id"), format!("{id}\n")).expect("boot_id");
+        assert_eq!(read_boot_id(dir.path()), Ok(Some(id.to_string())));
+        std::fs::write(at.join("boot_id"), "not a uuid\n").expect("boot_id");
+        assert_eq!(read_boot_id(dir.path()), Ok(None));
+    }
 
     /// A mount whose stat never returns (a stalled NFS/Lustre server), through the seam: no
     /// FUSE or network mount is available on CI machines.

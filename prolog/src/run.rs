@@ -231,7 +231,67 @@ fn expect_of(c: &Config) -> Expect {
             .leftover_memory_mib
             .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
         checkpoint_floor_mbps: h.checkpoint.as_ref().and_then(|c| c.floor_mbps),
+        all_reduce_floor_gbps: h.active.all_reduce_floor_gbps,
     }
+}
+
+/// The configured active tests, where this program may run them (see
+/// [`crate::active::allowed`]), one after the other, each under `[active] timeout_s`; the
+/// watchdog's deadline grows by what they may take.
+fn active_tests(
+    program: Program,
+    cfg: &Config,
+    node: &str,
+    rows: Option<&[NodeRow]>,
+    sysfs: &gpu_affinity::health::Gathered<gpu_affinity::health::SysfsData>,
+) -> (
+    gpu_affinity::health::Gathered<gpu_affinity::health::active::DcgmDiag>,
+    gpu_affinity::health::Gathered<gpu_affinity::health::active::AllReduce>,
+) {
+    let a = &cfg.health.active;
+    let dcgmi = a.dcgmi.as_ref().filter(|_| a.dcgm_diag_level > 0);
+    if dcgmi.is_none() && a.all_reduce_perf.is_none() {
+        let why = "no [active] test configured";
+        return (Err(Gap::Skipped(why.into())), Err(Gap::Skipped(why.into())));
+    }
+    let state = rows
+        .and_then(|r| r.iter().find(|row| row.name == node))
+        .map(|row| row.state.as_str());
+    let gate = match program {
+        Program::Epilog => Err("the epilog never runs them".to_string()),
+        _ => crate::active::allowed(a.in_prolog, program == Program::Prolog, state),
+    };
+    let bound = Duration::from_secs(u64::from(
+        a.timeout_s
+            .unwrap_or(gpu_affinity::config::DEFAULT_ACTIVE_TIMEOUT_S),
+    ));
+    let owner = state::owner();
+    let dcgm = match (dcgmi, &gate) {
+        (None, _) => Err(Gap::Skipped("no [active] dcgmi / dcgm_diag_level".into())),
+        (Some(_), Err(why)) => Err(Gap::Skipped(why.clone())),
+        (Some(p), Ok(())) => {
+            bounded::extend_watchdog(bound);
+            log_line(
+                program,
+                &format!("running {} diag -r {}", p.display(), a.dcgm_diag_level),
+            );
+            crate::active::dcgm_diag(p, a.dcgm_diag_level, bound, owner)
+        }
+    };
+    let gpus = sysfs.as_ref().map_or(0, |s| {
+        u32::try_from(s.machine.gpus.len()).unwrap_or(u32::MAX)
+    });
+    let reduce = match (&a.all_reduce_perf, &gate) {
+        (None, _) => Err(Gap::Skipped("no [active] all_reduce_perf".into())),
+        (Some(_), Err(why)) => Err(Gap::Skipped(why.clone())),
+        (Some(_), Ok(())) if gpus == 0 => Err(Gap::Skipped("no GPU found".into())),
+        (Some(p), Ok(())) => {
+            bounded::extend_watchdog(bound);
+            log_line(program, &format!("running {} on {gpus} GPUs", p.display()));
+            crate::active::all_reduce(p, gpus, bound, owner)
+        }
+    };
+    (dcgm, reduce)
 }
 
 fn policy_of(c: &Config) -> DrainPolicy {
@@ -277,6 +337,10 @@ pub fn pass(
 ) {
     let root = root_of(cfg);
     let ms = Duration::from_millis;
+    // Job marks are kmsg sequence numbers of one boot (see `PassState::in_boot`).
+    let r = root.clone();
+    let boot = bounded::within(ms(SYSFS_BOUND_MS), move || readers::read_boot_id(&r));
+    let prev = &prev.clone().in_boot(boot.ok().flatten().as_deref());
     let r = root.clone();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
     let nvml = if cfg.health.nvml == Some(false) {
@@ -352,6 +416,7 @@ pub fn pass(
         .as_ref()
         .and_then(|r| r.iter().find(|row| row.name == node))
         .and_then(|row| gres_gpu_count(&row.gres));
+    let (dcgm_diag, all_reduce) = active_tests(program, cfg, node, rows.as_deref(), &sysfs);
     let kmsg = kmsg.wait();
     let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
     let kmsg_notes = kmsg.as_ref().map(|k| k.notes.clone()).unwrap_or_default();
@@ -369,6 +434,8 @@ pub fn pass(
             None => Err(Gap::Skipped("the health program's pass only".into())),
         },
         gres_gpus,
+        dcgm_diag,
+        all_reduce,
     };
     let policy = xid_policy().unwrap_or_else(|e| {
         log_line(program, &format!("{e}; using the embedded XID policy"));
@@ -739,6 +806,14 @@ mod tests {
             Some(Path::new(crate::nvml::DEFAULT_LIBRARY))
         );
         assert_eq!(c.health.nvml, Some(true));
+        // `[active]`: off, as without a config; the bound shown is the one applied.
+        let a = &c.health.active;
+        assert_eq!((a.dcgm_diag_level, a.in_prolog), (0, false));
+        assert_eq!(
+            a.timeout_s,
+            Some(gpu_affinity::config::DEFAULT_ACTIVE_TIMEOUT_S)
+        );
+        assert_eq!((&a.dcgmi, &a.all_reduce_perf), (&None, &None));
     }
 
     /// The options a man page's SYNOPSIS names (`\-\-json`, `\-V`).

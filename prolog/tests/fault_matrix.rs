@@ -2,7 +2,8 @@
 //! simulator, one fault at a time; each run of the real binary must give the right verdict
 //! and reason within its bound. Prints one line per case (the report's fault matrix).
 //!
-//! The test binary doubles as fake `sinfo` / `scontrol` when called by those names.
+//! The test binary doubles as fake `sinfo` / `scontrol` when called by those names, and as
+//! fake `dcgmi` / `all_reduce_perf` (common/fakes.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,7 +13,11 @@ use gpu_affinity::model::Machine;
 
 const NODE: &str = "n1";
 
+#[path = "common/fakes.rs"]
+mod fakes;
+
 fn main() {
+    fakes::play_if_called_so();
     // argv[0], not current_exe (which resolves the symlink to this binary's own name).
     let argv0 = std::env::args().next().unwrap_or_default();
     match Path::new(&argv0).file_name().and_then(|n| n.to_str()) {
@@ -736,6 +741,72 @@ fn run_matrix() -> usize {
                 "{} in {} ms, {left} files left: {evidence}",
                 r.json["verdict"],
                 r.elapsed.as_millis()
+            ),
+        );
+    }
+
+    // Active tests (issue 19) through the whole health program on an idle node: a failed
+    // DCGM test drains naming it, a slow all-reduce drains, a hang is a warning within its
+    // bound (2 s here), a node running a job is not tested.
+    let me = std::env::current_exe().expect("exe");
+    let idle = format!("{NODE}|gpu*|idle|gpu:8|none\n");
+    for (mode, program, state, verdict, reason) in [
+        (
+            "fail",
+            "dcgmi",
+            "idle",
+            "drain",
+            "gpu-affinity: GPU_DCGM_DIAG test=memory entity=GPU_1",
+        ),
+        (
+            "hang",
+            "dcgmi",
+            "idle",
+            "warn",
+            "gpu-affinity: GPU_DCGM_DIAG_TIMEOUT",
+        ),
+        ("fail", "dcgmi", "mixed", "ok", ""),
+        (
+            "fail",
+            "all_reduce_perf",
+            "idle",
+            "drain",
+            "gpu-affinity: GPU_ALLREDUCE_SLOW busbw=98.4 floor=350",
+        ),
+        ("pass", "all_reduce_perf", "idle", "ok", ""),
+    ] {
+        let n = node(&healthy(), &lib, "");
+        let dir = n.bin.join(mode);
+        std::fs::create_dir_all(&dir).expect("fake dir");
+        std::os::unix::fs::symlink(&me, dir.join(program)).expect("fake program");
+        let key = if program == "dcgmi" {
+            format!(
+                "dcgmi = \"{}\"\ndcgm_diag_level = 2\n",
+                dir.join(program).display()
+            )
+        } else {
+            format!(
+                "all_reduce_perf = \"{}\"\nall_reduce_floor_gbps = 350\n",
+                dir.join(program).display()
+            )
+        };
+        let text = std::fs::read_to_string(&n.cfg).expect("config");
+        std::fs::write(&n.cfg, format!("{text}[active]\n{key}timeout_s = 2\n")).expect("config");
+        let rows = idle.replace("|idle|", &format!("|{state}|"));
+        let r = run("health", &n.root, &n.cfg, &n.sim, &[("FAKE_SINFO", rows)]);
+        let took = r.elapsed;
+        check(
+            &format!("active {program} {mode} on a {state} node"),
+            r.json["verdict"] == verdict
+                && r.json["reason"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(reason))
+                && took <= Duration::from_secs(6),
+            format!(
+                "{} '{}' in {} ms",
+                r.json["verdict"],
+                r.json["reason"],
+                took.as_millis()
             ),
         );
     }

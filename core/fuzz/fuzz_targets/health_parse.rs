@@ -3,7 +3,7 @@
 //! string. The first byte picks the parser. Properties: never more records than lines;
 //! a mount point found by `mount_at` is the one asked for; sinfo fields hold no `|`
 //! (the reason may) and a `none` reason is `None`; a gres GPU count is the exact sum (no
-//! wrap); rates and speeds are finite and not negative (a NaN compares false and would
+//! wrap); a boot id is the kernel's 36-byte UUID form; rates and speeds are finite and not negative (a NaN compares false and would
 //! pass every "slower than expected" check).
 #![no_main]
 
@@ -61,6 +61,13 @@ fuzz_target!(|data: &[u8]| {
         }
         pick::COUNTER => {
             let _ = parse::counter(text);
+        }
+        pick::BOOT_ID => {
+            // The kernel's UUID form only: 36 bytes of lowercase hex and dashes.
+            if let Some(id) = parse::boot_id(text) {
+                assert_eq!(id.len(), 36, "{id:?}");
+                assert!(id.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+            }
         }
         // `which % pick::COUNT` is one of the above.
         _ => {}

@@ -8,5 +8,6 @@ pub const PORT_RATE: u8 = 3;
 pub const LINK_SPEED: u8 = 4;
 pub const PORT_STATE: u8 = 5;
 pub const COUNTER: u8 = 6;
+pub const BOOT_ID: u8 = 7;
 /// How many there are: the target takes the first byte modulo this.
-pub const COUNT: u8 = 7;
+pub const COUNT: u8 = 8;

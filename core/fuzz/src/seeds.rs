@@ -403,6 +403,29 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         b"4,10,1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x\n6,20,2,-;NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.86.15\n4,30,3,-;NVRM: Xid (PCI:0000:53:00): 48, pid=1, name=x\n",
     )?;
     c.add("xid_policy", xid::EMBEDDED_POLICY.as_bytes())?;
+    c.health(health::BOOT_ID, b"0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9\n")?;
+    // `dcgmi diag -j` as DCGM 4.x (entity_group / entity_id) and 3.x (gpu_id) write it,
+    // and the runtime-error form; nccl-tests' all_reduce_perf table and summary lines.
+    c.add(
+        "dcgm_diag",
+        br#"{"DCGM Diagnostic":{"test_categories":[{"category":"Hardware","tests":[{"name":"memory","results":[{"entity_group":"GPU","entity_group_id":1,"entity_id":0,"status":"Pass"},{"entity_group":"GPU","entity_group_id":1,"entity_id":1,"status":"Fail","warnings":[{"error_category":10,"error_id":65,"error_severity":2,"warning":"memory mismatch"}]}],"test_summary":{"status":"Fail"}}]}]},"metadata":{"version":"4.2.3"}}"#,
+    )?;
+    c.add(
+        "dcgm_diag",
+        br#"{"DCGM GPU Diagnostic":{"test_categories":[{"category":"Integration","tests":[{"name":"PCIe","results":[{"gpu_id":"3","status":"Warn","warnings":[{"warning":"slow"}]}]}]}]}}"#,
+    )?;
+    c.add(
+        "dcgm_diag",
+        br#"{"DCGM Diagnostic":{"runtime_error":"Unable to connect to host engine"}}"#,
+    )?;
+    c.add(
+        "all_reduce",
+        b"# nThread 1 nGpus 8 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n           8             2     float     sum      -1    34.56    0.00    0.00      0    33.21    0.00    0.00      0\n  1073741824     268435456     float     sum      -1   4412.3  243.35  425.86      0   4398.7  244.10  427.18      0\n# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 212.93 \n#\n",
+    )?;
+    c.add(
+        "all_reduce",
+        b" Out of bounds values : 4 FAILED\n Avg bus bandwidth    : 1.5e+02 FAILED\n",
+    )?;
     placement_seeds(&mut c)?;
     Ok(c.written)
 }

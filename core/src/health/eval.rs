@@ -55,6 +55,7 @@ pub fn evaluate(
         clean_passes: prev.clean_passes,
         job_kmsg: prev.job_kmsg.clone(),
         drains_held_back: prev.drains_held_back,
+        boot_id: prev.boot_id.clone(),
         ..PassState::default()
     };
     let checks: Vec<Outcome> = CHECKS
@@ -564,7 +565,108 @@ fn run(
                 None => Result_::Pass(text),
             }
         }
+        "gpu.dcgm_diag" => match &inputs.dcgm_diag {
+            Err(Gap::Skipped(why)) => Result_::Skip(why.clone()),
+            Err(gap) => Result_::Found(vec![active_gap(def, gap)]),
+            Ok(diag) => dcgm_findings(def, diag),
+        },
+        "gpu.all_reduce" => match &inputs.all_reduce {
+            Err(Gap::Skipped(why)) => Result_::Skip(why.clone()),
+            Err(gap) => Result_::Found(vec![active_gap(def, gap)]),
+            Ok(run) => {
+                let text = format!(
+                    "avg bus bandwidth {} GB/s over {} sizes",
+                    run.avg_busbw_gbps, run.rows
+                );
+                match (run.wrong, expect.all_reduce_floor_gbps) {
+                    (Some(n), _) if n > 0 => Result_::Found(vec![finding(
+                        "GPU_ALLREDUCE_WRONG",
+                        Some(format!("wrong={n}")),
+                        format!("{text}; {n} out-of-bounds values (data corruption)"),
+                    )]),
+                    (_, Some(floor)) if run.avg_busbw_gbps < floor => {
+                        Result_::Found(vec![finding(
+                            def.code,
+                            Some(format!("busbw={:.1} floor={floor}", run.avg_busbw_gbps)),
+                            format!("{text}, floor {floor} GB/s"),
+                        )])
+                    }
+                    (_, Some(floor)) => Result_::Pass(format!("{text}, floor {floor} GB/s")),
+                    (_, None) => Result_::Pass(text),
+                }
+            }
+        },
         _ => Result_::Skip("unknown check".into()),
+    }
+}
+
+/// An active test that could not give an answer (a hang past its bound, a missing binary,
+/// output that says nothing): a warning naming why, never a drain, so a broken tool or a
+/// busy host engine cannot drain the fleet.
+fn active_gap(def: &CheckDef, gap: &Gap) -> Finding {
+    let (code, evidence) = match gap {
+        Gap::Timeout { after_ms } => (
+            format!("{}_TIMEOUT", def.code),
+            format!("no answer within {after_ms} ms (killed)"),
+        ),
+        Gap::Failed(why) | Gap::Skipped(why) | Gap::Interfered(why) => {
+            (format!("{}_NOT_RUN", def.code), why.clone())
+        }
+    };
+    Finding {
+        class: Some(Class::Warn),
+        ..finding(code, None, evidence)
+    }
+}
+
+/// A failed DCGM test drains, naming the test (and its entity); a `Warn` result warns.
+fn dcgm_findings(def: &CheckDef, diag: &super::active::DcgmDiag) -> Result_ {
+    let word = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let mut found = Vec::new();
+    for r in diag.results.iter().filter(|r| r.failed() || r.warned()) {
+        let mut subject = format!("test={}", word(&r.test));
+        if let Some(e) = &r.entity {
+            subject.push_str(&format!(" entity={}", word(e)));
+        }
+        let evidence = format!(
+            "{} / {}{}: {}{}",
+            r.category,
+            r.test,
+            r.entity
+                .as_deref()
+                .map(|e| format!(" on {e}"))
+                .unwrap_or_default(),
+            r.status,
+            r.warning
+                .as_deref()
+                .map(|w| format!(" ({w})"))
+                .unwrap_or_default()
+        );
+        let f = finding(def.code, Some(subject), evidence);
+        found.push(if r.failed() {
+            f
+        } else {
+            Finding {
+                class: Some(Class::Warn),
+                ..f
+            }
+        });
+    }
+    if found.is_empty() {
+        Result_::Pass(format!("{} results, none failed", diag.results.len()))
+    } else {
+        // The outcome's reason names its first finding of the worst class: a failed test.
+        Result_::Found(found)
     }
 }
 

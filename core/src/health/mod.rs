@@ -7,6 +7,7 @@
 //! Invariant 4 lives in the readers' deadlines plus the rule here that a missing input is a
 //! verdict (`timeout` / `skip`), never a panic or a hang.
 
+pub mod active;
 pub mod drain;
 pub mod eval;
 pub mod expect;
@@ -118,6 +119,9 @@ pub const SYSFS_BOUND_MS: u64 = 2_000;
 pub const NVML_BOUND_MS: u64 = 10_000;
 pub const KMSG_BOUND_MS: u64 = 2_000;
 pub const STORAGE_BOUND_MS: u64 = 5_000;
+/// Active tests' default bound (`[active] timeout_s` overrides it): DCGM's level 2 takes
+/// about two minutes; a hang past the bound is a warning, never a drain.
+pub const ACTIVE_BOUND_MS: u64 = 300_000;
 
 use Class::{Drain, Info, Warn};
 use Fault::{Gpu as GpuFault, Other, Performance};
@@ -381,6 +385,26 @@ pub const CHECKS: &[CheckDef] = &[
         false,
         "a [storage] checkpoint_probe_mib file written + fsynced under checkpoint_dir reaches checkpoint_floor_mbps",
     ),
+    check(
+        "gpu.dcgm_diag",
+        GpuTier,
+        Drain,
+        ACTIVE_BOUND_MS,
+        "GPU_DCGM_DIAG",
+        GpuFault,
+        true,
+        "[active] dcgmi diag -r dcgm_diag_level -j reports no failed test (where [active] runs it)",
+    ),
+    check(
+        "gpu.all_reduce",
+        GpuTier,
+        Drain,
+        ACTIVE_BOUND_MS,
+        "GPU_ALLREDUCE_SLOW",
+        Performance,
+        true,
+        "[active] all_reduce_perf on the node's GPUs reaches all_reduce_floor_gbps bus bandwidth with no wrong values",
+    ),
 ];
 
 pub fn check_def(id: &str) -> Option<&'static CheckDef> {
@@ -480,6 +504,10 @@ pub struct Inputs {
     pub checkpoint: Gathered<CheckpointProbe>,
     /// Slurm's gres GPU count for this node, when sinfo said.
     pub gres_gpus: Option<u32>,
+    /// `[active] dcgmi`'s diagnostic (skipped unless configured for this program).
+    pub dcgm_diag: Gathered<active::DcgmDiag>,
+    /// `[active] all_reduce_perf`'s run (skipped unless configured for this program).
+    pub all_reduce: Gathered<active::AllReduce>,
 }
 
 /// What the admin expects of the node (from the config).
@@ -499,6 +527,8 @@ pub struct Expect {
     pub leftover_memory_mib: u64,
     /// `[storage] checkpoint_floor_mbps`: the checkpoint directory's write floor, MB/s.
     pub checkpoint_floor_mbps: Option<f64>,
+    /// `[active] all_reduce_floor_gbps`: the one-node all-reduce bus bandwidth floor, GB/s.
+    pub all_reduce_floor_gbps: Option<f64>,
 }
 
 /// `[gpu] leftover_memory_mib` unset: an idle GPU's `used` (v2) is a few MiB, a job's
@@ -537,12 +567,31 @@ pub struct PassState {
     /// programs, since the state dir was made: the textfile's counter.
     #[serde(default)]
     pub drains_held_back: u64,
+    /// The boot the state was written in (/proc/sys/kernel/random/boot_id): the kernel
+    /// log's sequence numbers start again at each boot, so marks from another boot mean
+    /// nothing in this one.
+    #[serde(default)]
+    pub boot_id: Option<String>,
 }
 
 impl PassState {
     /// Job marks kept at most: a job whose epilog never ran (a node rebooted mid-job) must
     /// not grow the state forever.
     pub const MAX_JOB_MARKS: usize = 256;
+
+    /// The state as this boot sees it: a state written in another boot keeps its counters
+    /// but loses its job kmsg marks (a job requeued across a reboot keeps its id, and its
+    /// old mark would hide this boot's XIDs from its epilog). `None` (the boot id
+    /// unreadable): kept as it is.
+    pub fn in_boot(mut self, boot_id: Option<&str>) -> PassState {
+        if let Some(now) = boot_id {
+            if self.boot_id.as_deref() != Some(now) {
+                self.job_kmsg.clear();
+            }
+            self.boot_id = Some(now.to_string());
+        }
+        self
+    }
 
     /// Remember where the kernel log stood at `job`'s start; the oldest marks go first.
     pub fn mark_job(&mut self, job: &str, seq: u64) {

@@ -97,6 +97,21 @@ pub fn counter(text: &str) -> Option<u64> {
     text.trim().parse().ok()
 }
 
+/// /proc/sys/kernel/random/boot_id: the kernel's random UUID for this boot
+/// (`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase hex), else `None`.
+pub fn boot_id(text: &str) -> Option<String> {
+    let t = text.trim();
+    let groups: Vec<&str> = t.split('-').collect();
+    let lens = [8, 4, 4, 4, 12];
+    let ok = groups.len() == lens.len()
+        && groups.iter().zip(lens).all(|(g, n)| {
+            g.len() == n
+                && g.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        });
+    ok.then(|| t.to_string())
+}
+
 /// One `sinfo -h -N -o %N|%P|%T|%G|%E` row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeRow {

@@ -63,6 +63,8 @@ fn healthy() -> (Inputs, Expect) {
             elapsed_us: 50_000,
         }),
         gres_gpus: Some(8),
+        dcgm_diag: Err(Gap::Skipped("no [active] dcgmi".into())),
+        all_reduce: Err(Gap::Skipped("no [active] all_reduce_perf".into())),
     };
     let expect = Expect {
         gpus: Some(8),
@@ -74,6 +76,7 @@ fn healthy() -> (Inputs, Expect) {
         flap_strikes: 2,
         leftover_memory_mib: DEFAULT_LEFTOVER_MEMORY_MIB,
         checkpoint_floor_mbps: Some(500.0),
+        all_reduce_floor_gbps: Some(300.0),
     };
     (inputs, expect)
 }
@@ -910,5 +913,117 @@ fn only_an_unknown_node_state_is_state_unknown() {
         },
     ] {
         assert!(!other.state_unknown(), "{other}");
+    }
+}
+
+/// The active tests (issue 19): a failed DCGM test drains naming the test and its GPU, a
+/// slow or corrupting all-reduce drains, and a hang, a missing binary or output that says
+/// nothing warns with the reason: never a drain.
+#[test]
+fn active_tests_drain_on_failure_and_warn_on_a_gap() {
+    let (mut inputs, expect) = healthy();
+    let json = |status: &str| {
+        format!(
+            r#"{{"DCGM Diagnostic":{{"test_categories":[{{"category":"Hardware","tests":[
+            {{"name":"GPU Memory","results":[{{"entity_group":"GPU","entity_id":3,"status":"{status}",
+            "warnings":[{{"warning":"DBE detected"}}]}}]}}]}}]}}}}"#
+        )
+    };
+    inputs.dcgm_diag = active::dcgm_diag(&json("Pass")).map_err(Gap::from);
+    inputs.all_reduce =
+        active::all_reduce("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 420.5 \n")
+            .map_err(Gap::from);
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Ok, "{}", r.summary());
+
+    inputs.dcgm_diag = active::dcgm_diag(&json("Fail")).map_err(Gap::from);
+    let r = run(&inputs, &expect);
+    assert_eq!(r.verdict, Verdict::Drain);
+    assert_eq!(
+        r.reason(),
+        "gpu-affinity: GPU_DCGM_DIAG test=GPU_Memory entity=GPU_3"
+    );
+    inputs.dcgm_diag = active::dcgm_diag(&json("Warn")).map_err(Gap::from);
+    assert_eq!(run(&inputs, &expect).verdict, Verdict::Warn);
+
+    inputs.dcgm_diag = Err(Gap::Skipped("not asked".into()));
+    inputs.all_reduce = active::all_reduce("# Avg bus bandwidth    : 120.25 \n").map_err(Gap::from);
+    let r = run(&inputs, &expect);
+    assert_eq!(
+        r.reason(),
+        "gpu-affinity: GPU_ALLREDUCE_SLOW busbw=120.2 floor=300"
+    );
+    inputs.all_reduce =
+        active::all_reduce("# Out of bounds values : 7 FAILED\n# Avg bus bandwidth    : 420 \n")
+            .map_err(Gap::from);
+    assert_eq!(
+        run(&inputs, &expect).reason(),
+        "gpu-affinity: GPU_ALLREDUCE_WRONG wrong=7"
+    );
+
+    for (gap, code) in [
+        (Gap::Timeout { after_ms: 300_000 }, "GPU_DCGM_DIAG_TIMEOUT"),
+        (
+            Gap::Failed("/usr/bin/dcgmi: No such file or directory".into()),
+            "GPU_DCGM_DIAG_NOT_RUN",
+        ),
+    ] {
+        inputs.all_reduce = Err(Gap::Skipped("not asked".into()));
+        inputs.dcgm_diag = Err(gap);
+        let r = run(&inputs, &expect);
+        assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
+        assert_eq!(r.reason(), format!("gpu-affinity: {code}"));
+    }
+}
+
+/// The kernel log starts its sequence numbers again at each boot: job marks from another
+/// boot are dropped (a job requeued across a reboot keeps its id), counters are kept; an
+/// unreadable boot id changes nothing.
+#[test]
+fn job_marks_do_not_outlive_their_boot() {
+    let a = "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+    let b = "9f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9";
+    let mut s = PassState::default().in_boot(Some(a));
+    s.mark_job("41", 900_000);
+    s.drains_held_back = 2;
+    let same = s.clone().in_boot(Some(a));
+    assert_eq!(same.job_kmsg.get("41"), Some(&900_000));
+    let unknown = s.clone().in_boot(None);
+    assert_eq!(unknown, s);
+    let rebooted = s.in_boot(Some(b));
+    assert!(rebooted.job_kmsg.is_empty());
+    assert_eq!(rebooted.drains_held_back, 2);
+    assert_eq!(rebooted.boot_id.as_deref(), Some(b));
+    // Saved states without the field read as "boot unknown": their marks go at the first
+    // pass that reads a boot id.
+    let old: PassState = serde_json::from_str(r#"{"job_kmsg":{"7":5}}"#).expect("old state");
+    assert!(old.in_boot(Some(a)).job_kmsg.is_empty());
+    // What evaluate hands on keeps the boot.
+    let (inputs, expect) = healthy();
+    let prev = PassState::default().in_boot(Some(a));
+    let (_, next) = evaluate(
+        &inputs,
+        &expect,
+        &XidPolicy::embedded(),
+        &Scope::default(),
+        &prev,
+    );
+    assert_eq!(next.boot_id.as_deref(), Some(a));
+}
+
+#[test]
+fn boot_id_is_the_kernels_uuid_form() {
+    assert_eq!(
+        parse::boot_id("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9\n").as_deref(),
+        Some("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9")
+    );
+    for bad in [
+        "",
+        "0f1e2d3c-4b5a-4978-8695",
+        "0F1E2D3C-4B5A-4978-8695-A4B3C2D1E0F9",
+        "0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0fz",
+        "../etc/passwd",
+    ] {
+        assert_eq!(parse::boot_id(bad), None, "{bad:?}");
     }
 }

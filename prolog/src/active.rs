@@ -1,0 +1,192 @@
+//! The active tests' runner: `[active] dcgmi` (`dcgmi diag -r LEVEL -j`) and
+//! `[active] all_reduce_perf`, each a root-owned absolute program run with an argument
+//! vector (no shell), in its own process group, killed with the group at its bound. The
+//! output is parsed by core (`gpu_affinity::health::active`).
+
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gpu_affinity::health::active::{self, AllReduce, DcgmDiag, MAX_OUTPUT};
+use gpu_affinity::health::{Gap, Gathered};
+
+/// Which program runs the active tests now, and whether the node may take them: the health
+/// program only on an idle node (no job to disturb), the prolog only when asked.
+pub fn allowed(in_prolog: bool, prolog: bool, node_state: Option<&str>) -> Result<(), String> {
+    if prolog {
+        return if in_prolog {
+            Ok(())
+        } else {
+            Err("the prolog runs them only with [active] in_prolog = true".into())
+        };
+    }
+    match node_state {
+        // `idle`, `idle*`, `drained` (a drained node without jobs): nothing to disturb.
+        Some(s) if s.starts_with("idle") || s.starts_with("drained") => Ok(()),
+        Some(s) => Err(format!("node is {s}, not idle")),
+        None => Err("node state unknown (sinfo): not run".into()),
+    }
+}
+
+/// `dcgmi diag -r LEVEL -j`, parsed. dcgmi exits non-zero when a test fails, with the
+/// JSON on stdout all the same: the output decides, the status only explains a silence.
+pub fn dcgm_diag(program: &Path, level: u8, bound: Duration, owner: u32) -> Gathered<DcgmDiag> {
+    let level = level.to_string();
+    let out = run(program, &["diag", "-r", &level, "-j"], bound, owner)?;
+    active::dcgm_diag(&out.stdout).map_err(|e| Gap::Failed(out.explain(&e.to_string())))
+}
+
+/// `all_reduce_perf -b 1G -e 1G -g GPUS`: one size, large enough to reach the bus
+/// bandwidth, across the node's GPUs in one process.
+pub fn all_reduce(program: &Path, gpus: u32, bound: Duration, owner: u32) -> Gathered<AllReduce> {
+    let gpus = gpus.max(1).to_string();
+    let args = ["-b", "1G", "-e", "1G", "-g", &gpus];
+    let out = run(program, &args, bound, owner)?;
+    active::all_reduce(&out.stdout).map_err(|e| Gap::Failed(out.explain(&e.to_string())))
+}
+
+struct Output {
+    stdout: String,
+    status: String,
+    stderr: String,
+}
+
+impl Output {
+    /// `why` with the exit status and stderr's last line, one line.
+    fn explain(&self, why: &str) -> String {
+        let last = self.stderr.lines().rev().find(|l| !l.trim().is_empty());
+        let text = match last {
+            Some(l) => format!("{why} ({}; {})", self.status, l.trim()),
+            None => format!("{why} ({})", self.status),
+        };
+        text.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    }
+}
+
+/// Run `program args` under `bound`; a program that is missing, not root's or writable
+/// by others never runs.
+fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Output, Gap> {
+    let shown = program.display().to_string();
+    let meta = std::fs::metadata(program).map_err(|e| Gap::Failed(format!("{shown}: {e}")))?;
+    gpu_affinity::trust::check_trusted(&meta, "active test", program, owner)
+        .map_err(|e| Gap::Failed(e.to_string()))?;
+    if !meta.is_file() || meta.mode() & 0o111 == 0 {
+        return Err(Gap::Failed(format!("{shown}: not an executable file")));
+    }
+    let mut child = Command::new(program)
+        .args(args)
+        // Nothing of the job's or slurmd's environment steers what runs as root: the
+        // program finds its libraries by its rpath or ld.so.conf.
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group: the bound kills what it started too (dcgmi's helpers, MPI ranks).
+        .process_group(0)
+        .spawn()
+        .map_err(|e| Gap::Failed(format!("{shown}: {e}")))?;
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let out_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(o) = out.as_mut() {
+            let _ = o.take(MAX_OUTPUT as u64).read_to_end(&mut b);
+        }
+        String::from_utf8_lossy(&b).into_owned()
+    });
+    let err_reader = thread::spawn(move || {
+        let mut b = Vec::new();
+        if let Some(e) = err.as_mut() {
+            let _ = e.take(1 << 16).read_to_end(&mut b);
+        }
+        String::from_utf8_lossy(&b).into_owned()
+    });
+    let deadline = Instant::now() + bound;
+    let pid = libc::pid_t::try_from(child.id()).unwrap_or(0);
+    // Poll without reaping (WNOWAIT): while the leader is unreaped its pid, so its group
+    // id, cannot be reused, and the group kill below can reach no other process.
+    loop {
+        if exited(pid) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            kill_group(pid);
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Gap::Timeout {
+                after_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    // A helper left running may hold the pipes open: end the group, then reap and read.
+    kill_group(pid);
+    let status = child
+        .wait()
+        .map_err(|e| Gap::Failed(format!("{shown}: {e}")))?;
+    Ok(Output {
+        stdout: out_reader.join().unwrap_or_default(),
+        status: status.to_string(),
+        stderr: err_reader.join().unwrap_or_default(),
+    })
+}
+
+/// Whether the child `pid` has exited, leaving it unreaped; an error counts as exited
+/// (the wait after it reports the status).
+fn exited(pid: libc::pid_t) -> bool {
+    if pid <= 1 {
+        return true;
+    }
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid(2).
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid writes only into `info`; WNOWAIT leaves the child waitable.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // SAFETY: after a successful waitid, si_pid is set (0 while the child runs).
+    rc != 0 || unsafe { info.si_pid() } != 0
+}
+
+/// SIGKILL to the group `pid` leads (`process_group(0)`); called only while the leader
+/// is unreaped, so the group id is still its own.
+fn kill_group(pid: libc::pid_t) {
+    if pid > 1 {
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::allowed;
+
+    #[test]
+    fn only_where_the_admin_puts_them() {
+        // The health program: an idle or drained node, never one running a job.
+        assert_eq!(allowed(false, false, Some("idle")), Ok(()));
+        assert_eq!(allowed(false, false, Some("drained")), Ok(()));
+        assert_eq!(
+            allowed(false, false, Some("mixed")),
+            Err("node is mixed, not idle".into())
+        );
+        assert!(allowed(false, false, Some("draining")).is_err());
+        assert!(allowed(true, false, None).is_err());
+        // The prolog: only when asked, whatever sinfo says.
+        assert!(allowed(false, true, Some("idle")).is_err());
+        assert_eq!(allowed(true, true, Some("allocated")), Ok(()));
+    }
+}
