@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(e) => {
             let line = e.to_string();
-            assert!(!line.contains(['\n', '\r']), "error is not one line: {line:?}");
+            assert!(
+                !line.contains(['\n', '\r']),
+                "error is not one line: {line:?}"
+            );
         }
     }
 });

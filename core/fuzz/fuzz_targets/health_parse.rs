@@ -66,7 +66,10 @@ fuzz_target!(|data: &[u8]| {
             // The kernel's UUID form only: 36 bytes of lowercase hex and dashes.
             if let Some(id) = parse::boot_id(text) {
                 assert_eq!(id.len(), 36, "{id:?}");
-                assert!(id.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+                assert!(
+                    id.bytes()
+                        .all(|b| b == b'-' || b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+                );
             }
         }
         // `which % pick::COUNT` is one of the above.
