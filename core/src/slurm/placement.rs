@@ -248,7 +248,8 @@ impl Doc<'_> {
     fn err(&self, field: &str, want: &str) -> PlacementError {
         PlacementError::Input {
             file: self.file.to_string(),
-            message: format!("{field}: expected {want}"),
+            // The field path holds the input's own keys: escaped, so the error stays one line.
+            message: format!("{}: expected {want}", crate::text::printable(field)),
         }
     }
 
