@@ -70,6 +70,17 @@ fn a_configless_node_binds_from_the_fetched_config() {
         &node,
         &["slurm.conf", "plugstack.conf", "gres.conf"],
     );
+    // Proof that slurmstepd reads the fetched copy, not the controller's: the
+    // controller's gres.conf is now one the plugin refuses (a key Slurm does not
+    // know). slurmctld read it at start and does not again until a reconfigure,
+    // and srun never reads gres.conf.
+    let ctld_gres = cluster.dir().join("gres.conf");
+    assert!(
+        ctld_gres.is_file(),
+        "no controller gres.conf at {}",
+        ctld_gres.display()
+    );
+    std::fs::write(&ctld_gres, "Name=gpu NotAGresKey=1\n").expect("spoil gres.conf");
     let out = probe_whole_node(&cluster, Some("strict"), 8, &ClientOptions::default());
     check_step(&m, &out, "strict", 1);
     // A bad value is still refused through the fetched plugstack.conf, node left idle.

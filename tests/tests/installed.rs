@@ -143,7 +143,12 @@ impl Drop for Snapshot {
 }
 
 fn installed_plugstack_runs_steps(series: &str, layout: Layout) {
-    let test = format!("installed_{}", series.replace('.', "_"));
+    // The label names the cluster's directory and the skip line: one per layout.
+    let layout_name = match layout {
+        Layout::Real => "",
+        Layout::HyperPod => "_hyperpod",
+    };
+    let test = format!("installed{layout_name}_{}", series.replace('.', "_"));
     // scripts/test runs this file once per series: each test runs in its own series' pass
     // (the host's when GPU_AFFINITY_SLURM_SERIES is unset).
     let selected = SlurmSeries::from_env().expect("GPU_AFFINITY_SLURM_SERIES");
