@@ -9,6 +9,7 @@
 //! - 26.05 (Debian root): topology.yaml with a block and a tree topology; slurmctld
 //!   reads it (it exits on a bad entry) and shows the blocks.
 
+use gpu_affinity::slurm::version::Series;
 use std::path::Path;
 use std::process::Command;
 
@@ -165,7 +166,13 @@ fn two_node_step(cluster: &Cluster, options: &[&str], nodes: &str, command: &str
 /// 26.05), else 26.05.
 fn yaml_series() -> String {
     let series = this_series();
-    if series.as_str() >= "25.05" {
+    let reads_yaml = Series::parse(&series).is_some_and(|s| {
+        s >= Series {
+            major: 25,
+            minor: 5,
+        }
+    });
+    if reads_yaml {
         series
     } else {
         "26.05".to_owned()
@@ -952,20 +959,18 @@ fn node_facts_from_nvml_cliques_make_nvlink_blocks() {
 #[test]
 fn generated_topologies_with_unplaced_nodes_load_on_this_series() {
     let series = this_series();
-    let (major, minor) = series
-        .split_once('.')
-        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
-        .expect("MAJOR.MINOR");
+    let parsed = Series::parse(&series).expect("MAJOR.MINOR");
+    let at_least = |major, minor| parsed >= Series { major, minor };
     let work = tempfile::tempdir().expect("tempdir");
     let input = work.path().join("aws.json");
     let map = work.path().join("nodemap");
     std::fs::write(&input, AWS).expect("write input");
     std::fs::write(&map, "pa2 i-0b\npa1 i-0a\npb1 i-0c\npb2 i-0404\n").expect("nodemap");
     let mut forms = vec!["tree"];
-    if (major, minor) >= (23, 11) {
+    if at_least(23, 11) {
         forms.push("block");
     }
-    if (major, minor) >= (25, 5) {
+    if at_least(25, 5) {
         forms.push("yaml");
     }
     for form in forms {
