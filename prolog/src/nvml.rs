@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::ffi::{OsStr, OsString, c_uint, c_void};
 use std::path::Path;
 
+use gpu_affinity::health::counters::GpuCounters;
 use gpu_affinity::health::{Gap, Gathered, NvmlData, NvmlGpu};
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::conf_write::NvLinks;
@@ -100,9 +101,13 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
             persistence: device.is_in_persistent_mode().ok(),
             compute_processes: device.running_compute_processes_count().ok(),
             memory_used_mib: device.memory_info().ok().map(|m| m.used >> 20),
-            recovery_action: recovery_action(&device),
             ..NvmlGpu::default()
         };
+        let fields = field_values(&device);
+        gpu.recovery_action = fields
+            .get(&field::RECOVERY_ACTION)
+            .and_then(|&v| u32::try_from(v).ok());
+        let mut remapped_rows = None;
         if let Some(f) = &remapped {
             let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
             // SAFETY: a valid device handle from this NVML and four valid out pointers.
@@ -118,8 +123,10 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
             if rc == 0 {
                 gpu.remap_pending = Some(pending != 0);
                 gpu.remap_failure = Some(failure != 0);
+                remapped_rows = Some((corr, unc));
             }
         }
+        gpu.counters = counters(&device, &fields, remapped_rows);
         for link in 0..MAX_LINKS {
             match device.link_wrapper_for(link).is_active() {
                 Ok(up) => gpu.nvlinks.push((link, up)),
@@ -227,20 +234,92 @@ pub fn read_nvlink_peers(library: Option<&Path>) -> Gathered<NvLinks> {
     Ok(out)
 }
 
-/// NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (nvml.h; nvml-wrapper exposes it only as a field id).
-const FI_RECOVERY_ACTION: u32 = 230;
+/// NVML field ids the health pass reads in one nvmlDeviceGetFieldValues call (nvml.h's
+/// `NVML_FI_DEV_*`; nvml-wrapper exposes them only as ids).
+mod field {
+    pub const RETIRED_SBE: u32 = 29;
+    pub const RETIRED_DBE: u32 = 30;
+    pub const NVLINK_CRC_FLIT_TOTAL: u32 = 38;
+    pub const NVLINK_CRC_DATA_TOTAL: u32 = 45;
+    pub const NVLINK_REPLAY_TOTAL: u32 = 52;
+    pub const NVLINK_RECOVERY_TOTAL: u32 = 59;
+    pub const PCIE_REPLAY_COUNTER: u32 = 94;
+    /// `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION` (R550 and later).
+    pub const RECOVERY_ACTION: u32 = 230;
+    pub const ALL: [u32; 8] = [
+        RETIRED_SBE,
+        RETIRED_DBE,
+        NVLINK_CRC_FLIT_TOTAL,
+        NVLINK_CRC_DATA_TOTAL,
+        NVLINK_REPLAY_TOTAL,
+        NVLINK_RECOVERY_TOTAL,
+        PCIE_REPLAY_COUNTER,
+        RECOVERY_ACTION,
+    ];
+}
 
-/// The GPU's recovery action, where the driver reports the field (R550 and later); `None`
-/// where it does not (the check then passes on nothing rather than guess).
-fn recovery_action(device: &nvml_wrapper::Device) -> Option<u32> {
+/// The unsigned values of [`field::ALL`] this GPU and driver report; a field the driver
+/// does not support is absent (its check then judges nothing rather than guess).
+fn field_values(device: &nvml_wrapper::Device) -> HashMap<u32, u64> {
     use nvml_wrapper::enums::device::SampleValue;
-    let values = device
-        .field_values_for(&[nvml_wrapper::structs::device::FieldId(FI_RECOVERY_ACTION)])
-        .ok()?;
-    match values.into_iter().next()?.ok()?.value.ok()? {
-        SampleValue::U32(v) => Some(v),
-        SampleValue::U64(v) => u32::try_from(v).ok(),
-        _ => None,
+    use nvml_wrapper::structs::device::FieldId;
+    let ids: Vec<FieldId> = field::ALL.iter().map(|&id| FieldId(id)).collect();
+    let Ok(values) = device.field_values_for(&ids) else {
+        return HashMap::new();
+    };
+    values
+        .into_iter()
+        .filter_map(|sample| {
+            let sample = sample.ok()?;
+            let value = match sample.value.ok()? {
+                SampleValue::U32(v) => u64::from(v),
+                SampleValue::U64(v) => v,
+                SampleValue::I64(v) => u64::try_from(v).ok()?,
+                _ => return None,
+            };
+            Some((sample.field.0, value))
+        })
+        .collect()
+}
+
+/// The error counters and sensors of one GPU ([`GpuCounters`]): the field values, the
+/// remapped row counts the caller read, and the calls nvml-wrapper has.
+fn counters(
+    device: &nvml_wrapper::Device,
+    fields: &HashMap<u32, u64>,
+    remapped: Option<(u32, u32)>,
+) -> GpuCounters {
+    use nvml_wrapper::enum_wrappers::device::{
+        MemoryLocation, TemperatureSensor, TemperatureThreshold,
+    };
+    let get = |id| fields.get(&id).copied();
+    let aggregate = |kind, location| {
+        device
+            .memory_error_counter(kind, EccCounter::Aggregate, location)
+            .ok()
+    };
+    GpuCounters {
+        nvlink_crc_flit: get(field::NVLINK_CRC_FLIT_TOTAL),
+        nvlink_crc_data: get(field::NVLINK_CRC_DATA_TOTAL),
+        nvlink_replay: get(field::NVLINK_REPLAY_TOTAL),
+        nvlink_recovery: get(field::NVLINK_RECOVERY_TOTAL),
+        pcie_replay: get(field::PCIE_REPLAY_COUNTER),
+        dram_corrected: aggregate(MemoryError::Corrected, MemoryLocation::Device),
+        dram_uncorrected: aggregate(MemoryError::Uncorrected, MemoryLocation::Device),
+        sram_corrected: aggregate(MemoryError::Corrected, MemoryLocation::SRAM),
+        sram_uncorrected: aggregate(MemoryError::Uncorrected, MemoryLocation::SRAM),
+        remapped_correctable: remapped.map(|(c, _)| c),
+        remapped_uncorrectable: remapped.map(|(_, u)| u),
+        retired_sbe: get(field::RETIRED_SBE),
+        retired_dbe: get(field::RETIRED_DBE),
+        clocks_event_reasons: device.current_throttle_reasons().ok().map(|r| r.bits()),
+        temperature_c: device.temperature(TemperatureSensor::Gpu).ok(),
+        slowdown_temp_c: device
+            .temperature_threshold(TemperatureThreshold::Slowdown)
+            .ok(),
+        shutdown_temp_c: device
+            .temperature_threshold(TemperatureThreshold::Shutdown)
+            .ok(),
     }
 }
 

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gpu_affinity::config::{CheckpointConfig, MountConfig};
+use gpu_affinity::health::counters::{EFA_ERROR_COUNTERS, PortCounters, phys_state_name};
 use gpu_affinity::health::parse::{counter, mount_at, mounts};
 use gpu_affinity::health::xid::KernelLog;
 use gpu_affinity::health::{CheckpointProbe, Gap, Gathered, MountProbe, SysfsData};
@@ -66,28 +67,54 @@ pub fn read_sysfs(root: &Path) -> Gathered<SysfsData> {
         }
     }
     let mut link_downed = BTreeMap::new();
+    let mut ports = BTreeMap::new();
     for nic in machine.fabric_nics() {
         let Some(dev) = &nic.rdma else { continue };
         for port in &nic.ports {
-            let path = under(
+            let dir = under(
                 root,
-                &format!(
-                    "sys/class/infiniband/{dev}/ports/{}/counters/link_downed",
-                    port.number
-                ),
+                &format!("sys/class/infiniband/{dev}/ports/{}", port.number),
             );
-            if let Ok(Some(bytes)) = small_file(&path, 64)
-                && let Some(n) = counter(&String::from_utf8_lossy(&bytes))
-            {
-                link_downed.insert(format!("{dev}/{}", port.number), n);
+            let key = format!("{dev}/{}", port.number);
+            if let Some(n) = counter_file(&dir.join("counters/link_downed")) {
+                link_downed.insert(key.clone(), n);
             }
+            ports.insert(key, port_counters(&dir));
         }
     }
     Ok(SysfsData {
         machine,
         fallen_off,
         link_downed,
+        ports,
     })
+}
+
+/// A decimal counter file; `None` when absent or not a counter.
+fn counter_file(path: &Path) -> Option<u64> {
+    let bytes = small_file(path, 64).ok()??;
+    counter(&String::from_utf8_lossy(&bytes))
+}
+
+/// One RDMA port's physical state and error counters (`dir` = its sysfs `ports/N`).
+fn port_counters(dir: &Path) -> PortCounters {
+    let phys_state = small_file(&dir.join("phys_state"), 64)
+        .ok()
+        .flatten()
+        .and_then(|b| phys_state_name(&String::from_utf8_lossy(&b)));
+    let efa_errors = EFA_ERROR_COUNTERS
+        .iter()
+        .filter_map(|(name, _)| {
+            counter_file(&dir.join("hw_counters").join(name)).map(|n| (name.to_string(), n))
+        })
+        .collect();
+    PortCounters {
+        phys_state,
+        symbol_error: counter_file(&dir.join("counters/symbol_error")),
+        link_error_recovery: counter_file(&dir.join("counters/link_error_recovery")),
+        port_rcv_errors: counter_file(&dir.join("counters/port_rcv_errors")),
+        efa_errors,
+    }
 }
 
 /// XIDs since boot: `/dev/kmsg` on the live node, `ROOT/dev/kmsg` as a file of records

@@ -8,6 +8,7 @@
 //! verdict (`timeout` / `skip`), never a panic or a hang.
 
 pub mod active;
+pub mod counters;
 pub mod drain;
 pub mod eval;
 pub mod expect;
@@ -437,6 +438,8 @@ pub struct SysfsData {
     pub fallen_off: Vec<PciAddr>,
     /// `DEV/PORT` -> `link_downed` counter, where the kernel has one.
     pub link_downed: BTreeMap<String, u64>,
+    /// `DEV/PORT` -> the port's physical state and error counters, for every fabric port.
+    pub ports: BTreeMap<String, counters::PortCounters>,
 }
 
 /// One GPU as NVML reports it. `None`: NVML does not support the field on this GPU.
@@ -460,6 +463,8 @@ pub struct NvmlGpu {
     /// Device memory in use, MiB (NVML's memory info v2 `used`, which leaves out the
     /// driver's reserved memory).
     pub memory_used_mib: Option<u64>,
+    /// Error counters and sensors, judged by count and rate ([`counters`]).
+    pub counters: counters::GpuCounters,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -572,6 +577,9 @@ pub struct PassState {
     /// nothing in this one.
     #[serde(default)]
     pub boot_id: Option<String>,
+    /// Each error counter's recent samples, for its rate ([`counters::History`]).
+    #[serde(default)]
+    pub counters: counters::History,
 }
 
 impl PassState {

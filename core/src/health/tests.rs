@@ -42,6 +42,7 @@ fn healthy() -> (Inputs, Expect) {
             machine,
             fallen_off: vec![],
             link_downed,
+            ports: BTreeMap::new(),
         }),
         nvml: Ok(NvmlData {
             driver: Some("550.54.15".into()),

@@ -17,6 +17,11 @@
 //! `"fabric": {"cluster_uuid": "<32 hex digits, dashes allowed>", "clique_id": N,
 //! "state": 3}` per GPU: its NVLink fabric (nvmlDeviceGetGpuFabricInfo[V]; `state` 3 is
 //! NVML_GPU_FABRIC_STATE_COMPLETED, the default); no `fabric`: NOT_SUPPORTED.
+//! Error counters and sensors per GPU: `"fields": {"94": 12, ...}` (nvmlDeviceGetFieldValues'
+//! `NVML_FI_DEV_*` ids: PCIe replays, NVLink CRC/replay/recovery totals, retired pages), `"remap_correctable"`/`"remap_uncorrectable"` (row counts),
+//! `"dram_corrected"`, `"dram_uncorrected"`, `"sram_corrected"`, `"sram_uncorrected"`
+//! (aggregate ECC by location), `"clocks_event_reasons"`, `"temperature_c"`, `"slowdown_temp_c"`,
+//! `"shutdown_temp_c"`; each absent one is NOT_SUPPORTED.
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
 // These are C exports that NVML's callers invoke with its pointer contract; marking them
@@ -59,6 +64,24 @@ struct Gpu {
     memory_used_mib: u64,
     /// The GPU's NVLink fabric registration; `None`: the call is not supported.
     fabric: Option<SimFabric>,
+    /// nvmlDeviceGetFieldValues' unsigned values by field id (`NVML_FI_DEV_*`): the
+    /// error counters; a field not listed is NOT_SUPPORTED.
+    fields: std::collections::BTreeMap<c_uint, u64>,
+    /// nvmlDeviceGetRemappedRows' correctable and uncorrectable row counts.
+    remap_correctable: c_uint,
+    remap_uncorrectable: c_uint,
+    /// Aggregate ECC errors by type and location (nvmlDeviceGetMemoryErrorCounter);
+    /// `None`: NOT_SUPPORTED.
+    dram_corrected: Option<u64>,
+    dram_uncorrected: Option<u64>,
+    sram_corrected: Option<u64>,
+    sram_uncorrected: Option<u64>,
+    /// nvmlDeviceGetCurrentClocksThrottleReasons' mask; `None`: NOT_SUPPORTED.
+    clocks_event_reasons: Option<u64>,
+    /// GPU temperature and its slowdown / shutdown thresholds, °C; `None`: NOT_SUPPORTED.
+    temperature_c: Option<c_uint>,
+    slowdown_temp_c: Option<c_uint>,
+    shutdown_temp_c: Option<c_uint>,
 }
 
 #[derive(Deserialize)]
@@ -299,8 +322,8 @@ pub extern "C" fn nvmlDeviceGetRemappedRows(
 ) -> c_uint {
     slow();
     let g = device!(device);
-    out!(corr, 0);
-    out!(unc, 0);
+    out!(corr, g.remap_correctable);
+    out!(unc, g.remap_uncorrectable);
     out!(pending, c_uint::from(g.remap_pending));
     out!(failure, c_uint::from(g.remap_failure));
     SUCCESS
@@ -436,6 +459,103 @@ pub struct FieldValue {
 
 const FI_RECOVERY_ACTION: c_uint = 230;
 const VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+const VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
+
+/// NVML_MEMORY_ERROR_TYPE_{CORRECTED,UNCORRECTED}, NVML_AGGREGATE_ECC,
+/// NVML_MEMORY_LOCATION_{DEVICE_MEMORY,SRAM}.
+const CORRECTED: c_uint = 0;
+const UNCORRECTED: c_uint = 1;
+const AGGREGATE: c_uint = 1;
+const LOCATION_DRAM: c_uint = 2;
+const LOCATION_SRAM: c_uint = 7;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMemoryErrorCounter(
+    device: *mut c_void,
+    error_type: c_uint,
+    counter: c_uint,
+    location: c_uint,
+    count: *mut c_ulonglong,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    let value = match (error_type, counter, location) {
+        (CORRECTED, AGGREGATE, LOCATION_DRAM) => g.dram_corrected,
+        (UNCORRECTED, AGGREGATE, LOCATION_DRAM) => g.dram_uncorrected,
+        (CORRECTED, AGGREGATE, LOCATION_SRAM) => g.sram_corrected,
+        (UNCORRECTED, AGGREGATE, LOCATION_SRAM) => g.sram_uncorrected,
+        _ => None,
+    };
+    match value {
+        Some(n) => {
+            out!(count, n);
+            SUCCESS
+        }
+        None => NOT_SUPPORTED,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetCurrentClocksThrottleReasons(
+    device: *mut c_void,
+    reasons: *mut c_ulonglong,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    match g.clocks_event_reasons {
+        Some(mask) => {
+            out!(reasons, mask);
+            SUCCESS
+        }
+        None => NOT_SUPPORTED,
+    }
+}
+
+/// NVML_TEMPERATURE_GPU.
+const SENSOR_GPU: c_uint = 0;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetTemperature(
+    device: *mut c_void,
+    sensor: c_uint,
+    temp: *mut c_uint,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    match g.temperature_c {
+        Some(t) if sensor == SENSOR_GPU => {
+            out!(temp, t);
+            SUCCESS
+        }
+        _ => NOT_SUPPORTED,
+    }
+}
+
+/// NVML_TEMPERATURE_THRESHOLD_SHUTDOWN and _SLOWDOWN.
+const THRESHOLD_SHUTDOWN: c_uint = 0;
+const THRESHOLD_SLOWDOWN: c_uint = 1;
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetTemperatureThreshold(
+    device: *mut c_void,
+    threshold: c_uint,
+    temp: *mut c_uint,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    let value = match threshold {
+        THRESHOLD_SHUTDOWN => g.shutdown_temp_c,
+        THRESHOLD_SLOWDOWN => g.slowdown_temp_c,
+        _ => None,
+    };
+    match value {
+        Some(t) => {
+            out!(temp, t);
+            SUCCESS
+        }
+        None => NOT_SUPPORTED,
+    }
+}
 
 #[unsafe(no_mangle)]
 pub extern "C" fn nvmlDeviceGetFieldValues(
@@ -461,7 +581,15 @@ pub extern "C" fn nvmlDeviceGetFieldValues(
                 // The union's uiVal: the low 4 bytes (little-endian).
                 v.value = c_ulonglong::from(action);
             }
-            _ => v.nvml_return = NOT_SUPPORTED,
+            (id, _) => match g.fields.get(&id) {
+                // The counters are unsigned long longs (ullVal: all 8 bytes).
+                Some(&value) => {
+                    v.value_type = VALUE_TYPE_UNSIGNED_LONG_LONG;
+                    v.nvml_return = SUCCESS;
+                    v.value = value;
+                }
+                None => v.nvml_return = NOT_SUPPORTED,
+            },
         }
     }
     SUCCESS
