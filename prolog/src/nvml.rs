@@ -8,6 +8,7 @@ use std::ffi::{OsStr, OsString, c_uint, c_void};
 use std::path::Path;
 
 use gpu_affinity::health::counters::GpuCounters;
+use gpu_affinity::health::nvlink_fabric::FabricProbe;
 use gpu_affinity::health::{Gap, Gathered, NvmlData, NvmlGpu};
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::conf_write::NvLinks;
@@ -127,6 +128,7 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
             }
         }
         gpu.counters = counters(&device, &fields, remapped_rows);
+        gpu.fabric = fabric_probe(&opened, &device).map(|raw| raw.probe);
         for link in 0..MAX_LINKS {
             match device.link_wrapper_for(link).is_active() {
                 Ok(up) => gpu.nvlinks.push((link, up)),
@@ -146,16 +148,59 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
 const FABRIC_INFO_V2: c_uint =
     (std::mem::size_of::<nvmlGpuFabricInfo_v2_t>() as c_uint) | (2 << 24);
 
-/// Each GPU's NVLink fabric (clusterUuid + cliqueId) by PCI address, for the GPUs whose
-/// registration is complete with a non-zero uuid (core's `Fabric::from_nvml`): the
-/// versioned call (R550+) where the driver has it, else the first one (R525+); a driver
-/// with neither, or a GPU that does not support it, gives no entry.
-pub fn read_fabrics(library: Option<&Path>) -> Gathered<HashMap<PciAddr, Fabric>> {
-    let opened = open(library)?;
+/// One GPU's fabric probe as NVML answered it.
+struct RawFabric {
+    probe: FabricProbe,
+    cluster_uuid: [u8; 16],
+    clique_id: u32,
+}
+
+/// The GPU's fabric probe: the versioned call (R550+, with the health mask) where the
+/// driver has it, else the first one (R525+); `None` where the driver has neither or the
+/// call fails (NOT_SUPPORTED on a GPU without a fabric).
+fn fabric_probe(opened: &Opened, device: &nvml_wrapper::Device) -> Option<RawFabric> {
     let versioned: Option<libloading::Symbol<FabricInfoV>> =
         opened.symbol(b"nvmlDeviceGetGpuFabricInfoV\0");
     let first: Option<libloading::Symbol<FabricInfo>> =
         opened.symbol(b"nvmlDeviceGetGpuFabricInfo\0");
+    // SAFETY: a valid device handle of this NVML; each out struct is the one nvml.h
+    // declares for the call, zeroed, with the version word the versioned call checks.
+    unsafe {
+        let handle = device.handle();
+        if let Some(f) = &versioned {
+            let mut info: nvmlGpuFabricInfo_v2_t = std::mem::zeroed();
+            info.version = FABRIC_INFO_V2;
+            (f(handle, &mut info) == 0).then_some(RawFabric {
+                probe: FabricProbe {
+                    state: info.state,
+                    status: info.status,
+                    health_mask: Some(info.healthMask),
+                },
+                cluster_uuid: info.clusterUuid,
+                clique_id: info.cliqueId,
+            })
+        } else if let Some(f) = &first {
+            let mut info: nvmlGpuFabricInfo_t = std::mem::zeroed();
+            (f(handle, &mut info) == 0).then_some(RawFabric {
+                probe: FabricProbe {
+                    state: info.state,
+                    status: info.status,
+                    health_mask: None,
+                },
+                cluster_uuid: info.clusterUuid,
+                clique_id: info.cliqueId,
+            })
+        } else {
+            None
+        }
+    }
+}
+
+/// Each GPU's NVLink fabric (clusterUuid + cliqueId) by PCI address, for the GPUs whose
+/// registration is complete with a non-zero uuid (core's `Fabric::from_nvml`); a driver
+/// without the fabric calls, or a GPU that does not support them, gives no entry.
+pub fn read_fabrics(library: Option<&Path>) -> Gathered<HashMap<PciAddr, Fabric>> {
+    let opened = open(library)?;
     let count = opened
         .nvml
         .device_count()
@@ -168,26 +213,11 @@ pub fn read_fabrics(library: Option<&Path>) -> Gathered<HashMap<PciAddr, Fabric>
         let Some(pci) = device.pci_info().ok().and_then(|p| bus_id(&p.bus_id)) else {
             continue;
         };
-        // SAFETY: a valid device handle of this NVML; each out struct is the one nvml.h
-        // declares for the call, zeroed, with the version word the versioned call checks.
-        let answer = unsafe {
-            let handle = device.handle();
-            if let Some(f) = &versioned {
-                let mut info: nvmlGpuFabricInfo_v2_t = std::mem::zeroed();
-                info.version = FABRIC_INFO_V2;
-                (f(handle, &mut info) == 0).then_some((info.state, info.clusterUuid, info.cliqueId))
-            } else if let Some(f) = &first {
-                let mut info: nvmlGpuFabricInfo_t = std::mem::zeroed();
-                (f(handle, &mut info) == 0).then_some((info.state, info.clusterUuid, info.cliqueId))
-            } else {
-                None
-            }
-        };
-        let Some((state, uuid, clique)) = answer else {
+        let Some(raw) = fabric_probe(&opened, &device) else {
             continue;
         };
-        let complete = u32::from(state) == NVML_GPU_FABRIC_STATE_COMPLETED;
-        if let Some(fabric) = Fabric::from_nvml(complete, uuid, clique) {
+        let complete = u32::from(raw.probe.state) == NVML_GPU_FABRIC_STATE_COMPLETED;
+        if let Some(fabric) = Fabric::from_nvml(complete, raw.cluster_uuid, raw.clique_id) {
             out.insert(pci, fabric);
         }
     }

@@ -12,6 +12,7 @@ pub mod counters;
 pub mod drain;
 pub mod eval;
 pub mod expect;
+pub mod nvlink_fabric;
 pub mod parse;
 pub mod xid;
 
@@ -465,6 +466,8 @@ pub struct NvmlGpu {
     pub memory_used_mib: Option<u64>,
     /// Error counters and sensors, judged by count and rate ([`counters`]).
     pub counters: counters::GpuCounters,
+    /// The GPU's NVLink fabric probe; `None`: the driver has no fabric call.
+    pub fabric: Option<nvlink_fabric::FabricProbe>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -16,7 +16,8 @@
 //! `"recovery_action": N` per GPU: the NVML_FI_DEV_GET_GPU_RECOVERY_ACTION field.
 //! `"fabric": {"cluster_uuid": "<32 hex digits, dashes allowed>", "clique_id": N,
 //! "state": 3}` per GPU: its NVLink fabric (nvmlDeviceGetGpuFabricInfo[V]; `state` 3 is
-//! NVML_GPU_FABRIC_STATE_COMPLETED, the default); no `fabric`: NOT_SUPPORTED.
+//! NVML_GPU_FABRIC_STATE_COMPLETED, the default; `"status"` the probe's nvmlReturn_t,
+//! `"health_mask"` the versioned call's mask, both 0 by default); no `fabric`: NOT_SUPPORTED.
 //! Error counters and sensors per GPU: `"fields": {"94": 12, ...}` (nvmlDeviceGetFieldValues'
 //! `NVML_FI_DEV_*` ids: PCIe replays, NVLink CRC/replay/recovery totals, retired pages), `"remap_correctable"`/`"remap_uncorrectable"` (row counts),
 //! `"dram_corrected"`, `"dram_uncorrected"`, `"sram_corrected"`, `"sram_uncorrected"`
@@ -90,6 +91,12 @@ struct SimFabric {
     clique_id: u32,
     #[serde(default = "fabric_completed")]
     state: u8,
+    /// The probe's nvmlReturn_t (0: success).
+    #[serde(default)]
+    status: c_uint,
+    /// healthMask of the versioned call (0: every flag not supported).
+    #[serde(default)]
+    health_mask: c_uint,
 }
 
 /// NVML_GPU_FABRIC_STATE_COMPLETED.
@@ -619,14 +626,14 @@ pub struct GpuFabricInfoV2 {
 const FABRIC_INFO_V2: c_uint = (std::mem::size_of::<GpuFabricInfoV2>() as c_uint) | (2 << 24);
 
 /// The GPU's fabric as (uuid bytes, clique, state); `None`: not supported.
-fn fabric_of(g: &Gpu) -> Option<([u8; 16], c_uint, u8)> {
+fn fabric_of(g: &Gpu) -> Option<([u8; 16], c_uint, u8, c_uint, c_uint)> {
     let f = g.fabric.as_ref()?;
     let hex: String = f.cluster_uuid.chars().filter(|c| *c != '-').collect();
     let mut uuid = [0u8; 16];
     for (i, byte) in uuid.iter_mut().enumerate() {
         *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
-    Some((uuid, f.clique_id, f.state))
+    Some((uuid, f.clique_id, f.state, f.status, f.health_mask))
 }
 
 #[unsafe(no_mangle)]
@@ -636,14 +643,14 @@ pub extern "C" fn nvmlDeviceGetGpuFabricInfo(
 ) -> c_uint {
     slow();
     let g = device!(handle);
-    let Some((cluster_uuid, clique_id, state)) = fabric_of(g) else {
+    let Some((cluster_uuid, clique_id, state, status, _)) = fabric_of(g) else {
         return NOT_SUPPORTED;
     };
     out!(
         info,
         GpuFabricInfo {
             cluster_uuid,
-            status: SUCCESS,
+            status,
             clique_id,
             state,
         }
@@ -665,7 +672,7 @@ pub extern "C" fn nvmlDeviceGetGpuFabricInfoV(
     if unsafe { (*info).version } != FABRIC_INFO_V2 {
         return ARGUMENT_VERSION_MISMATCH;
     }
-    let Some((cluster_uuid, clique_id, state)) = fabric_of(g) else {
+    let Some((cluster_uuid, clique_id, state, status, health_mask)) = fabric_of(g) else {
         return NOT_SUPPORTED;
     };
     out!(
@@ -673,10 +680,10 @@ pub extern "C" fn nvmlDeviceGetGpuFabricInfoV(
         GpuFabricInfoV2 {
             version: FABRIC_INFO_V2,
             cluster_uuid,
-            status: SUCCESS,
+            status,
             clique_id,
             state,
-            health_mask: 0,
+            health_mask,
         }
     );
     SUCCESS
