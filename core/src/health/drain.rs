@@ -24,8 +24,10 @@ pub enum Handoff {
     /// `State=DRAIN Reason="gpu-affinity: CODE subject"`.
     #[default]
     Drain,
-    /// SageMaker HyperPod: `State=FAIL Reason="Action:Replace|Action:Reboot gpu-affinity: ..."`;
-    /// HyperPod's agent acts on the `Action:` word at the start.
+    /// SageMaker HyperPod: `State=FAIL Reason="Action:Reboot"` or `"Action:Replace"`,
+    /// exactly: HyperPod's recovery matches the whole reason, case-sensitive, and
+    /// silently ignores anything more (a suffix, trailing blanks; AWS's HyperPod Slurm
+    /// guide and its debugging notes). The finding itself goes to the log and the JSON.
     Hyperpod,
     /// slurm-gcp: `State=DRAIN` with a reason of exactly `XID`, `PERFORMANCE`, `SDC` or
     /// `unspecified`, which slurmsync reports as a faulty host.
@@ -46,25 +48,25 @@ impl Handoff {
             .map(|(h, _)| *h)
     }
 
-    /// Whether `reason` is one the suite writes in this mode. slurm-gcp's words carry no
-    /// prefix, so they are counted for the breaker but never resumed (see [`decide`]).
+    /// Whether `reason` is one the suite writes in this mode. HyperPod's and slurm-gcp's
+    /// words carry no prefix, so they are counted for the breaker but never resumed (the
+    /// cloud reboots or replaces such a node; see [`decide`]).
     pub fn is_own(self, reason: &str) -> bool {
         let reason = reason.trim();
-        let hyperpod = ["Action:Replace ", "Action:Reboot "].iter().any(|a| {
-            reason
-                .strip_prefix(a)
-                .is_some_and(|r| r.starts_with(PREFIX))
-        });
-        match self {
-            Handoff::Drain => reason.starts_with(PREFIX),
-            Handoff::Hyperpod => hyperpod || reason.starts_with(PREFIX),
-            Handoff::SlurmGcp => reason.starts_with(PREFIX) || SLURM_GCP_WORDS.contains(&reason),
-        }
+        reason.starts_with(PREFIX)
+            || match self {
+                Handoff::Drain => false,
+                Handoff::Hyperpod => HYPERPOD_WORDS.contains(&reason),
+                Handoff::SlurmGcp => SLURM_GCP_WORDS.contains(&reason),
+            }
     }
 }
 
 /// The reasons slurm-gcp's slurmsync treats as a faulty host.
 pub const SLURM_GCP_WORDS: [&str; 4] = ["XID", "PERFORMANCE", "SDC", "unspecified"];
+
+/// The reasons HyperPod's recovery acts on, whole.
+pub const HYPERPOD_WORDS: [&str; 2] = ["Action:Reboot", "Action:Replace"];
 
 /// `gpu-affinity: GPU_XID_79 gpu=0000:53:00.0`.
 pub fn reason(outcome: &Outcome) -> String {
@@ -115,8 +117,8 @@ pub enum Leave {
     /// A clean pass and nothing to undo.
     #[error("healthy")]
     Healthy,
-    /// slurm-gcp's bare reason words: no owner, never resumed.
-    #[error("slurm-gcp reason words have no owner: not resumed")]
+    /// HyperPod's or slurm-gcp's bare reason words: no owner, never resumed.
+    #[error("the cloud's reason words have no owner: not resumed")]
     OwnerlessWords,
     /// A clean pass on the suite's own drain, before `[drain] resume_after` of them.
     #[error("clean pass {clean_passes} of {resume_after} before resuming")]
@@ -164,18 +166,14 @@ pub fn drain_action(report: &Report, handoff: Handoff) -> Option<Action> {
             state: "drain",
             reason: own,
         },
-        Handoff::Hyperpod => {
-            let word = match deciding.repair {
+        Handoff::Hyperpod => Action::Set {
+            state: "fail",
+            reason: match deciding.repair {
                 Repair::Replace => "Action:Replace",
                 Repair::Reset | Repair::Reboot => "Action:Reboot",
-            };
-            let mut r = format!("{word} {own}");
-            r.truncate(MAX_REASON);
-            Action::Set {
-                state: "fail",
-                reason: r,
             }
-        }
+            .to_string(),
+        },
         Handoff::SlurmGcp => Action::Set {
             state: "drain",
             reason: match deciding.fault {
@@ -270,7 +268,7 @@ pub fn decide(
         }
         None if !may_resume => Action::Leave(Leave::NeverResume),
         None if foreign => Action::Leave(Leave::DrainedByOther),
-        // slurm-gcp's words carry no owner; the cloud replaces such a node anyway.
+        // HyperPod's and slurm-gcp's words carry no owner; the cloud repairs such a node.
         None if own_reason && !own_drain => Action::Leave(Leave::Healthy),
         None if own_reason
             && !row

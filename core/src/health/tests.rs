@@ -683,11 +683,24 @@ fn handoff_modes() {
         panic!("hyperpod")
     };
     assert_eq!(state, "fail");
-    assert!(
-        reason.starts_with("Action:Reboot gpu-affinity: GPU_XID_79"),
-        "{reason}"
-    );
+    // Exactly the word: HyperPod ignores a reason with anything after it.
+    assert_eq!(reason, "Action:Reboot");
     assert!(Handoff::Hyperpod.is_own(&reason));
+    assert!(!Handoff::Hyperpod.is_own("Action:Reboot by the admin"));
+    assert!(!Handoff::Drain.is_own("Action:Reboot"));
+    // Counted for the breaker, never resumed: HyperPod reboots or replaces the node.
+    let failed = rows("n1|gpu*|fail|gpu:8|Action:Reboot\n");
+    assert_eq!(
+        decide(
+            &run(&healthy().0, &healthy().1),
+            Some(&failed),
+            "n1",
+            &hp,
+            99,
+            true
+        ),
+        Action::Leave(Leave::OwnerlessWords)
+    );
     let gcp = DrainPolicy {
         handoff: Handoff::SlurmGcp,
         ..DrainPolicy::default()
