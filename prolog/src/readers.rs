@@ -50,6 +50,13 @@ pub fn read_boot_id(root: &Path) -> Gathered<Option<String>> {
     Ok(bytes.and_then(|b| gpu_affinity::health::parse::boot_id(&String::from_utf8_lossy(&b))))
 }
 
+/// When this boot started (ROOT/proc/stat's `btime`), for repair escalation; `None` when
+/// unreadable.
+pub fn read_btime(root: &Path) -> Option<u64> {
+    let bytes = small_file(&under(root, "/proc/stat"), 1 << 20).ok()??;
+    gpu_affinity::health::repair::btime(&String::from_utf8_lossy(&bytes))
+}
+
 /// The machine (with PCIe links and port state/rate), GPUs gone from the bus, and the
 /// `link_downed` counter of every fabric port.
 pub fn read_sysfs(root: &Path) -> Gathered<SysfsData> {

@@ -14,6 +14,7 @@ pub mod eval;
 pub mod expect;
 pub mod nvlink_fabric;
 pub mod parse;
+pub mod repair;
 pub mod xid;
 
 use std::collections::BTreeMap;
@@ -583,6 +584,9 @@ pub struct PassState {
     /// Each error counter's recent samples, for its rate ([`counters::History`]).
     #[serde(default)]
     pub counters: counters::History,
+    /// The boots the passes saw, for repair escalation ([`repair::Boots`]).
+    #[serde(default)]
+    pub boots: repair::Boots,
 }
 
 impl PassState {

@@ -672,6 +672,40 @@ fn circuit_breaker_holds_back_past_max_share() {
 }
 
 #[test]
+fn a_node_failing_again_soon_after_a_boot_is_handed_off_for_replacement() {
+    let now = 1_800_000_000;
+    let hp = DrainPolicy {
+        handoff: Handoff::Hyperpod,
+        ..DrainPolicy::default()
+    };
+    let row = rows("n1|gpu*|idle|gpu:8|none\n");
+    let mut boots = super::repair::Boots::default();
+    boots.record(now - 30 * 3600);
+    let mut long_up = drain_report(79);
+    super::repair::escalate(&mut long_up, &boots, now);
+    let Action::Set { reason, .. } = decide(&long_up, Some(&row), "n1", &hp, 0, false) else {
+        panic!("a drain")
+    };
+    assert_eq!(
+        reason, "Action:Reboot",
+        "up for 30 h: a reboot is the repair"
+    );
+    boots.record(now - 3600);
+    let mut again = drain_report(79);
+    super::repair::escalate(&mut again, &boots, now);
+    let deciding = again.deciding().expect("deciding");
+    assert!(
+        deciding.evidence.contains("escalated to replace"),
+        "{}",
+        deciding.evidence
+    );
+    let Action::Set { reason, .. } = decide(&again, Some(&row), "n1", &hp, 0, false) else {
+        panic!("a drain")
+    };
+    assert_eq!(reason, "Action:Replace");
+}
+
+#[test]
 fn handoff_modes() {
     let bad = drain_report(79);
     let row = rows("n1|gpu*|mixed|gpu:8|none\n");
