@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::Class;
+use super::xid::Repair;
 
 /// NVML's error counters and sensors of one GPU. `None`: this GPU or driver does not
 /// report it (the check then judges what is there, and skips when nothing is).
@@ -181,13 +182,34 @@ pub struct Finding {
     pub code: &'static str,
     pub class: Class,
     pub evidence: String,
+    /// What fixes it: worn-out memory needs a new GPU, a link error a reset.
+    pub repair: Repair,
 }
 
-fn found(code: &'static str, class: Class, evidence: String) -> Finding {
+/// The repair each finding code needs: memory past its spares (SRAM, remapped rows,
+/// retired pages) is worn hardware; a GPU's own link errors clear with a GPU reset; the
+/// rest with a reboot.
+fn repair_of(code: &str) -> Repair {
+    match code {
+        "GPU_SRAM_UNCORRECTABLE"
+        | "GPU_SRAM_ECC"
+        | "GPU_DRAM_ECC"
+        | "GPU_ROW_REMAP_EXHAUSTED"
+        | "GPU_PAGES_EXHAUSTED"
+        | "GPU_PAGES_DBE_RATE" => Repair::Replace,
+        "GPU_NVLINK_RECOVERY" | "GPU_NVLINK_REPLAY" | "GPU_NVLINK_CRC" | "GPU_FABRIC" => {
+            Repair::Reset
+        }
+        _ => Repair::Reboot,
+    }
+}
+
+pub(super) fn found(code: &'static str, class: Class, evidence: String) -> Finding {
     Finding {
         code,
         class,
         evidence,
+        repair: repair_of(code),
     }
 }
 
