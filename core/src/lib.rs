@@ -9,6 +9,14 @@
 #[cfg(test)]
 extern crate self as gpu_affinity;
 
+// The integration tests' shared helpers (test-support/), compiled into the unit tests from
+// the same file: as a dev-dependency it would bring a second copy of this crate, whose
+// types are not the unit tests' own. Each unit test uses only some of it.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../test-support/src/lib.rs"]
+pub(crate) mod test_support;
+
 pub mod atomic;
 pub mod audit;
 pub mod catalog;

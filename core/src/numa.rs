@@ -164,6 +164,7 @@ mod tests {
     use super::*;
     use crate::cpuset::CpuSet;
     use crate::model::{NumaDistance, NumaNode, PciDevice, PciLink};
+    use crate::test_support::addr;
 
     fn node(id: u32, cpus: &str) -> NumaNode {
         NumaNode {
@@ -206,10 +207,6 @@ mod tests {
             }
         }
         m
-    }
-
-    fn addr(text: &str) -> PciAddr {
-        text.parse().expect("addr")
     }
 
     #[test]

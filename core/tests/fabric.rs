@@ -1,6 +1,6 @@
 //! Fabric detection and env rendering on hand-built machines with real bus ids, PCI ids
 //! and DMI strings of each instance type (facts from ../shared/topologies and its derived
-//! catalog).
+//! catalog), and on catalog machines (p4d, the H200).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -14,10 +14,7 @@ use gpu_affinity::model::{
 };
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::solver::{Mode, NicRef, Plan, RankPlan};
-
-fn addr(s: &str) -> PciAddr {
-    s.parse().unwrap()
-}
+use gpu_affinity_test_support::{addr, p4d};
 
 struct NicSpec<'a> {
     pci: &'a str,
@@ -159,65 +156,10 @@ fn dmi(sys_vendor: Option<&str>, product: Option<&str>, asset: Option<&str>) -> 
 }
 
 const AZURE_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
-const EFA0: (u16, u16) = (0x1d0f, 0xefa0);
 const EFA1: (u16, u16) = (0x1d0f, 0xefa1);
 const CX7: (u16, u16) = (0x15b3, 0x1021);
 const IB_VF: (u16, u16) = (0x15b3, 0x101e);
 const GVNIC: (u16, u16) = (0x1ae0, 0x0042);
-
-fn p4d() -> Machine {
-    // aws-ofi-nccl topology/p4d-24xl-topo.xml + dranet live p4d ResourceSlices.
-    let gpus = [
-        ("0000:10:1c.0", 0x20b0, 0),
-        ("0000:10:1d.0", 0x20b0, 0),
-        ("0000:20:1c.0", 0x20b0, 0),
-        ("0000:20:1d.0", 0x20b0, 0),
-        ("0000:90:1c.0", 0x20b0, 1),
-        ("0000:90:1d.0", 0x20b0, 1),
-        ("0000:a0:1c.0", 0x20b0, 1),
-        ("0000:a0:1d.0", 0x20b0, 1),
-    ];
-    let nics = [
-        nic(
-            "0000:10:1b.0",
-            EFA0,
-            NicKind::Efa,
-            Some("rdmap16s27"),
-            None,
-            0,
-        ),
-        nic(
-            "0000:20:1b.0",
-            EFA0,
-            NicKind::Efa,
-            Some("rdmap32s27"),
-            None,
-            0,
-        ),
-        nic(
-            "0000:90:1b.0",
-            EFA0,
-            NicKind::Efa,
-            Some("rdmap144s27"),
-            None,
-            1,
-        ),
-        nic(
-            "0000:a0:1b.0",
-            EFA0,
-            NicKind::Efa,
-            Some("rdmap160s27"),
-            None,
-            1,
-        ),
-    ];
-    machine(
-        dmi(Some("Amazon EC2"), Some("p4d.24xlarge"), None),
-        &["0-23,48-71", "24-47,72-95"],
-        &gpus,
-        &nics,
-    )
-}
 
 fn p5(product: Option<&str>) -> Machine {
     let gpu_bus = [0x53u8, 0x64, 0x75, 0x86, 0x97, 0xa8, 0xb9, 0xca];

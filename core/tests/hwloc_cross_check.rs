@@ -11,7 +11,8 @@ fn switch_tree_matches_hwloc() {
 
 #[test]
 fn p4d_matches_hwloc() {
-    assert_eq!(cross_check(&common::p4d()), 13);
+    // 8 GPUs, 4 EFA, 3 ENA (the catalog's p4d).
+    assert_eq!(cross_check(&gpu_affinity_test_support::p4d()), 15);
 }
 
 #[test]

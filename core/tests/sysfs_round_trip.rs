@@ -11,6 +11,7 @@ use gpu_affinity::sources::fixture::{FixtureError, realized, write_fixture};
 use gpu_affinity::sources::sysfs::config_space::pci_config;
 use gpu_affinity::sources::sysfs::parse::cpuinfo_cores;
 use gpu_affinity::sources::sysfs::read_machine;
+use gpu_affinity_test_support::{addr, p4d};
 
 fn round_trip(m: &Machine) -> Machine {
     let dir = tempfile::tempdir().unwrap();
@@ -86,7 +87,7 @@ fn p4d_nics_on_root_bus() {
     assert_eq!(
         read.nics
             .iter()
-            .find(|n| n.netdev.as_deref() == Some("ens5"))
+            .find(|n| n.netdev.as_deref() == Some("ens65"))
             .unwrap()
             .kind,
         NicKind::Ethernet

@@ -2,26 +2,17 @@
 //! (../shared/topologies, see PROVENANCE.md there), plus malformed and mutated input.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gpu_affinity::model::{Machine, NicKind};
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::sources::{TopologyError, parse_topology, read_topology_file};
+use gpu_affinity_test_support::{addr, shared_topologies};
 
 /// The shared topology directory: `$GPU_AFFINITY_SHARED/topologies` (or the variable itself
 /// when it already names the topologies directory), else the workspace's sibling `shared/`.
 fn topologies_dir() -> PathBuf {
-    let dir = match std::env::var_os("GPU_AFFINITY_SHARED") {
-        Some(shared) => {
-            let shared = PathBuf::from(shared);
-            if shared.join("topologies").is_dir() {
-                shared.join("topologies")
-            } else {
-                shared
-            }
-        }
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/topologies"),
-    };
+    let dir = shared_topologies();
     assert!(
         dir.is_dir(),
         "topology data not found at {} (set GPU_AFFINITY_SHARED to the shared directory)",
@@ -53,10 +44,6 @@ fn xml_files() -> BTreeMap<String, PathBuf> {
     }
     assert!(!files.is_empty(), "no .xml files under {}", root.display());
     files
-}
-
-fn addr(text: &str) -> PciAddr {
-    text.parse().expect("valid test address")
 }
 
 /// Expected (GPUs, fabric NICs as PCI functions, NUMA nodes) per file, from PROVENANCE.md

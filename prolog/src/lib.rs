@@ -1,6 +1,9 @@
-//! gpu-affinity node health front end: the readers (sysfs, kernel log, mounts, NVML), the
-//! bounded runner, the Slurm client seam, root-owned state, and [`run::main`], which the
-//! prolog, epilog and health binaries share. Decisions are core's (`gpu_affinity::health`).
+//! gpu-affinity on the node (package gpu-affinity-node): [`run::main`], which the prolog,
+//! epilog and health binaries share, and what it runs: the readers (sysfs, kernel log,
+//! mounts, NVML), the bounded runner, the Slurm client seam, root-owned state, the active
+//! tests' runner and the monitoring files. The admin command `gpu-affinity` uses its NVML
+//! readers (`conf gres`, `conf node-facts`), bounded runner and [`version`] too. Decisions
+//! are core's (`gpu_affinity::health`).
 
 pub mod active;
 pub mod bounded;

@@ -208,11 +208,7 @@ fn an_aligned_fixture_passes_and_a_misaligned_one_fails() {
 /// The shared topology files (never copied into the project; a test copies one into its
 /// own temp tree).
 fn shared_topology(rel: &str) -> PathBuf {
-    std::env::var_os("GPU_AFFINITY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
-        .join("topologies")
-        .join(rel)
+    gpu_affinity_test_support::shared_topologies().join(rel)
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! `gpu-affinity explain` and `fixture` run as a user runs them, on real topology files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -7,14 +9,10 @@ use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::sources;
+use gpu_affinity_test_support::shared_topologies;
 use serde_json::Value;
 
-fn shared_topologies() -> PathBuf {
-    std::env::var_os("GPU_AFFINITY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
-        .join("topologies")
-}
+use common::gpu_affinity;
 
 /// Every topology XML under ../shared/topologies except NCCL graph files.
 fn topology_files() -> Vec<PathBuf> {
@@ -40,13 +38,6 @@ fn topology_files() -> Vec<PathBuf> {
         "expected the shared topology files, found {files:?}"
     );
     files
-}
-
-fn gpu_affinity(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpu-affinity"))
-        .args(args)
-        .output()
-        .expect("run gpu-affinity")
 }
 
 fn explain_json(path: &Path, mode: &str) -> (Output, Value) {

@@ -4,20 +4,15 @@
 //! detected vendor, instance and node-wide keys must equal the golden env the core test
 //! `golden_env` keeps for that file (core/tests/golden-env/).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
+use std::path::Path;
+use std::process::Output;
+
+use gpu_affinity_test_support::{shared_topologies, without_fabric_env};
 use serde_json::Value;
 
 const AZURE_ASSET_TAG: &str = "7783-7084-3265-9085-8269-3286-77";
-
-fn shared_topologies() -> PathBuf {
-    match std::env::var_os("GPU_AFFINITY_SHARED").map(PathBuf::from) {
-        Some(shared) if shared.join("topologies").is_dir() => shared.join("topologies"),
-        Some(dir) => dir,
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/topologies"),
-    }
-}
 
 fn golden(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -28,20 +23,11 @@ fn golden(name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The command with a clean fabric environment: the NCCL/UCX/libfabric variables of
-/// whoever runs the tests would otherwise count as the user's own and change the output.
+/// The command with a clean fabric environment plus `user_env` (the user's own settings).
 fn gpu_affinity(args: &[&str], user_env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-affinity"));
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if ["NCCL_", "UCX_", "FI_"].iter().any(|p| key.starts_with(p)) {
-            cmd.env_remove(key.as_ref());
-        }
-    }
-    cmd.env_remove("LD_LIBRARY_PATH");
-    for (key, value) in user_env {
-        cmd.env(key, value);
-    }
+    let mut cmd = common::command();
+    without_fabric_env(&mut cmd).env_remove("LD_LIBRARY_PATH");
+    cmd.envs(user_env.iter().copied());
     cmd.args(args).output().expect("run gpu-affinity")
 }
 

@@ -3,24 +3,20 @@
 //! a CPU-less GPU-memory node): every rank's CPUs, memory node and NICs are on its GPU's
 //! Grace socket, and the two shapes print the same plan.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use gpu_affinity::catalog;
 use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::Machine;
 use gpu_affinity::sources::fixture::{grace::without_cdmm, write_fixture};
+use gpu_affinity_test_support::without_fabric_env;
 use serde_json::Value;
 
 fn explain(tree: &Path) -> Value {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gpu-affinity"));
-    for (key, _) in std::env::vars_os() {
-        let key = key.to_string_lossy();
-        if ["NCCL_", "UCX_", "FI_"].iter().any(|p| key.starts_with(p)) {
-            cmd.env_remove(key.as_ref());
-        }
-    }
-    let out = cmd
+    let mut cmd = common::command();
+    let out = without_fabric_env(&mut cmd)
         .args(["explain", "--sysfs-root", &tree.to_string_lossy(), "--json"])
         .output()
         .expect("run gpu-affinity");

@@ -9,16 +9,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-use common::{plugins, slurm_prefix, snapshot, version_header, write};
-
-fn gpu_affinity(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpu-affinity"))
-        .args(args)
-        .output()
-        .expect("run gpu-affinity")
-}
+use common::{gpu_affinity, plugins, slurm_prefix, snapshot, version_header, write};
 
 fn ok(args: &[&str]) -> String {
     let out = gpu_affinity(args);

@@ -238,7 +238,7 @@ pub fn health_binaries() -> Result<(PathBuf, PathBuf, PathBuf)> {
             "build",
             "--quiet",
             "-p",
-            "gpu-affinity-prolog",
+            "gpu-affinity-node",
             "-p",
             "gpu-affinity-epilog",
             "--bins",

@@ -1,27 +1,18 @@
 //! Catalog tests: every machine expands, validates, and agrees with the real topology data
 //! under ../shared/topologies (the derived instance catalog and the vendors' NCCL files).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::cpuset::CpuSet;
 use crate::model::{Machine, NicKind, class};
 use crate::pci::PciAddr;
 use crate::sources::nccl_xml;
-
-fn shared() -> PathBuf {
-    std::env::var_os("GPU_AFFINITY_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/topologies")
-        })
-}
+use crate::test_support::{addr, shared_topologies};
 
 fn read_shared(rel: &str) -> String {
-    let path = shared().join(rel);
+    let path = shared_topologies().join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
 }
 
@@ -67,10 +58,6 @@ fn json_covered(dc: &Value) -> Vec<(&'static str, &Value)> {
         .filter(|n| !CURRENT_GEN_ONLY.contains(n))
         .map(|n| (n, derived_entry(dc, n)))
         .collect()
-}
-
-fn addr(text: &str) -> PciAddr {
-    text.parse().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// "10de:2330 (H100) / ..." -> (0x10de, 0x2330) when the text starts with a PCI id.
@@ -811,7 +798,7 @@ fn bm_gpu_h100_8_agrees_with_oci_hpc_topology() {
 }
 
 fn test_machine(file: &str) -> Machine {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/machines")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

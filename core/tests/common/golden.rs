@@ -4,15 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// `$GPU_AFFINITY_SHARED/topologies` (or the variable itself when it names the topologies
-/// directory), else the workspace's sibling `shared/topologies`.
-pub fn shared_topologies() -> PathBuf {
-    match std::env::var_os("GPU_AFFINITY_SHARED").map(PathBuf::from) {
-        Some(shared) if shared.join("topologies").is_dir() => shared.join("topologies"),
-        Some(dir) => dir,
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/topologies"),
-    }
-}
+pub use gpu_affinity_test_support::shared_topologies;
 
 /// Every `*.xml` under the shared topologies, relative path first, sorted.
 pub fn topology_files() -> Vec<(String, PathBuf)> {

@@ -5,11 +5,8 @@ use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::model::{
     Dmi, Gpu, Machine, Nic, NicKind, NumaNode, PciDevice, PciLink, RdmaPort, class,
 };
-use gpu_affinity::pci::PciAddr;
 
-pub fn addr(text: &str) -> PciAddr {
-    text.parse().unwrap()
-}
+use gpu_affinity_test_support::addr;
 
 pub fn cpus(text: &str) -> CpuSet {
     CpuSet::parse_list(text).unwrap()
@@ -227,83 +224,6 @@ pub fn switch_tree() -> Machine {
                 vec![port("Ethernet")],
             ),
         ],
-        numa_distances: Vec::new(),
-        assumptions: Vec::new(),
-    };
-    m.normalize();
-    m
-}
-
-/// AWS p4d.24xlarge as the VM sees it: GPUs and the EFA directly on root buses, no
-/// visible switch (GPUs 10:1c.0/1d.0 and EFA 10:1b.0 share pci0000:10), plus an ENA.
-pub fn p4d() -> Machine {
-    let a100 = (0x10de, 0x20b0);
-    let efa = (0x1d0f, 0xefa0);
-    let ena = (0x1d0f, 0xec20);
-    let mut pci = Vec::new();
-    let mut gpus = Vec::new();
-    let mut nics = Vec::new();
-    for (i, (bus, numa)) in [(0x10u8, 0u32), (0x20, 0), (0x90, 1), (0xa0, 1)]
-        .into_iter()
-        .enumerate()
-    {
-        let root = format!("pci0000:{bus:02x}");
-        for (slot, minor) in [(0x1c, 2 * i as u32), (0x1d, 2 * i as u32 + 1)] {
-            let a = format!("0000:{bus:02x}:{slot:02x}.0");
-            pci.push(dev(&a, None, &root, a100, class::DISPLAY_3D, Some(numa)));
-            gpus.push(gpu(&a, minor));
-        }
-        let a = format!("0000:{bus:02x}:1b.0");
-        pci.push(dev(
-            &a,
-            None,
-            &root,
-            efa,
-            class::NETWORK_ETHERNET,
-            Some(numa),
-        ));
-        let rdma = format!("rdmap{bus}s27");
-        let mut efa_port = port("Unspecified");
-        efa_port.rate = Some("100 Gb/sec".into());
-        nics.push(nic(&a, NicKind::Efa, Some(&rdma), None, vec![efa_port]));
-    }
-    pci.push(dev(
-        "0000:00:05.0",
-        None,
-        "pci0000:00",
-        ena,
-        class::NETWORK_ETHERNET,
-        Some(0),
-    ));
-    nics.push(nic(
-        "0000:00:05.0",
-        NicKind::Ethernet,
-        None,
-        Some("ens5"),
-        vec![],
-    ));
-    let mut m = Machine {
-        dmi: Dmi {
-            sys_vendor: Some("Amazon EC2".into()),
-            product_name: Some("p4d.24xlarge".into()),
-            chassis_asset_tag: None,
-            board_vendor: Some("Amazon EC2".into()),
-        },
-        numa_nodes: vec![
-            NumaNode {
-                id: 0,
-                cpus: cpus("0-23,48-71"),
-            },
-            NumaNode {
-                id: 1,
-                cpus: cpus("24-47,72-95"),
-            },
-        ],
-        cores: smt_cores(48),
-        packages: Vec::new(),
-        pci,
-        gpus,
-        nics,
         numa_distances: Vec::new(),
         assumptions: Vec::new(),
     };

@@ -1,8 +1,22 @@
-//! Helpers the install and recipe tests share: fake Slurm prefixes and package builds.
+//! What the CLI tests share: running `gpu-affinity` (only this package's tests know where
+//! Cargo built it, so the runner lives here, not in the shared test-support crate), and,
+//! for the install and recipe tests, fake Slurm prefixes and package builds.
+#![allow(dead_code)] // each test binary uses a different part
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The admin command as this build made it, to be run as a user runs it.
+pub fn command() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpu-affinity"))
+}
+
+/// `gpu-affinity ARGS`, its output collected.
+pub fn gpu_affinity(args: &[&str]) -> Output {
+    command().args(args).output().expect("run gpu-affinity")
+}
 
 /// Every file, dir and link under `root` with its content or target.
 pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, String> {
