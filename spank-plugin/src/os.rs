@@ -110,6 +110,8 @@ impl Os for LiveOs {
             .collect())
     }
 
+    // set_mempolicy(2) has no libc or std wrapper: a raw syscall.
+    #[allow(unsafe_code)]
     fn set_mempolicy(&self, policy: MemPolicy, nodes: &[u32]) -> Result<(), String> {
         let mode = match policy {
             MemPolicy::Default => MPOL_DEFAULT,
@@ -142,6 +144,8 @@ impl Os for LiveOs {
         Ok(())
     }
 
+    // get_mempolicy(2) has no libc or std wrapper: a raw syscall.
+    #[allow(unsafe_code)]
     fn mempolicy(&self) -> Result<(MemPolicy, Vec<u32>), String> {
         let mut mode: libc::c_int = 0;
         let mut mask = [0u64; MASK_WORDS];
