@@ -135,10 +135,10 @@ mod spank;
 mod state;
 mod step;
 mod step_data;
+mod sysfs_machine;
 mod task_init;
 mod task_post_fork;
 mod timing;
-mod topology;
 mod user_init;
 
 #[cfg(test)]

@@ -35,7 +35,11 @@ impl Os for LiveOs {
         gpu_affinity::slurm::read::read_gres_conf(path, owner).map_err(|e| e.to_string())
     }
 
-    fn read_topology(&self, path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String> {
+    fn read_slurm_topology(
+        &self,
+        path: &Path,
+        owner: u32,
+    ) -> Result<Option<Vec<Topology>>, String> {
         gpu_affinity::slurm::read::read_topology(path, owner)
     }
 
@@ -76,11 +80,11 @@ impl Os for LiveOs {
     }
 
     fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String> {
-        crate::topology::read_machine(root, detail)
+        crate::sysfs_machine::read_machine(root, detail)
     }
 
     fn read_pci_links(&self, root: &Path, machine: &mut Machine) -> Result<(), String> {
-        crate::topology::read_pci_links(root, machine)
+        crate::sysfs_machine::read_pci_links(root, machine)
     }
 
     /// Read once per process: user_init asks first (see `user_init::decide`), so the

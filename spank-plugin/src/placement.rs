@@ -278,6 +278,6 @@ fn read(
     read::locate_topology(
         settings.topology.as_deref(),
         side.slurm_conf.as_deref(),
-        &|path| os.read_topology(path, settings.owner),
+        &|path| os.read_slurm_topology(path, settings.owner),
     )
 }
