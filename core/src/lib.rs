@@ -36,5 +36,5 @@ pub mod slurm;
 pub mod solver;
 pub mod sources;
 pub mod step_files;
-mod text;
+pub mod text;
 pub mod trust;

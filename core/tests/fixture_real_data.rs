@@ -12,7 +12,7 @@ use gpu_affinity::catalog;
 use gpu_affinity::model::Machine;
 use gpu_affinity::sources::fixture::{realized, write_fixture};
 use gpu_affinity::sources::sysfs::read_machine;
-use gpu_affinity::sources::{TopologyError, parse_topology};
+use gpu_affinity::sources::{MachineXmlError, parse_machine_xml};
 
 fn assert_round_trip(what: &str, m: &Machine) {
     let dir = tempfile::tempdir().unwrap();
@@ -77,13 +77,13 @@ fn every_shared_topology_file_round_trips_and_matches_hwloc() {
     for file in &files {
         let what = file.display().to_string();
         let text = std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{what}: {e}"));
-        match parse_topology(&text) {
+        match parse_machine_xml(&text) {
             Ok(m) => {
                 assert_round_trip(&what, &m);
                 common::hwloc::cross_check(&m);
             }
             // The NCCL graph file (channel orders) is the one XML here that is no topology.
-            Err(TopologyError::NcclGraph { .. }) => graphs += 1,
+            Err(MachineXmlError::NcclGraph { .. }) => graphs += 1,
             Err(e) => panic!("{what}: {e}"),
         }
     }

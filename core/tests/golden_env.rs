@@ -344,11 +344,11 @@ fn shared_machine(rel: &str, path: &Path) -> Option<Machine> {
     });
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let parsed = sources::parse_topology(&text);
+    let parsed = sources::parse_machine_xml(&text);
     match id {
         Identity::NotATopology => {
             assert!(
-                matches!(parsed, Err(sources::TopologyError::NcclGraph { .. })),
+                matches!(parsed, Err(sources::MachineXmlError::NcclGraph { .. })),
                 "{rel}: expected to be refused as an NCCL graph file"
             );
             None

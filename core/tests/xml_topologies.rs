@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use gpu_affinity::model::{Machine, NicKind};
 use gpu_affinity::pci::PciAddr;
-use gpu_affinity::sources::{TopologyError, parse_topology, read_topology_file};
+use gpu_affinity::sources::{MachineXmlError, parse_machine_xml, read_machine_xml};
 use gpu_affinity_test_support::{addr, shared_topologies};
 
 /// The shared topology directory: `$GPU_AFFINITY_SHARED/topologies` (or the variable itself
@@ -86,7 +86,7 @@ fn load(key: &str) -> Machine {
     let path = files
         .get(key)
         .unwrap_or_else(|| panic!("{key} missing from the topology data"));
-    read_topology_file(path).unwrap_or_else(|e| panic!("{e}"))
+    read_machine_xml(path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -94,7 +94,7 @@ fn every_xml_file_parses_to_the_expected_counts() {
     let mut report = Vec::new();
     for (key, path) in xml_files() {
         if let Some(fragment) = expected_error(&key) {
-            let err = read_topology_file(&path).expect_err(&key).to_string();
+            let err = read_machine_xml(&path).expect_err(&key).to_string();
             assert!(err.contains(fragment), "{key}: {err}");
             assert!(
                 err.contains(&path.display().to_string()),
@@ -104,7 +104,7 @@ fn every_xml_file_parses_to_the_expected_counts() {
         }
         let expected = expected_counts(&key)
             .unwrap_or_else(|| panic!("{key} is new: add its expected counts from PROVENANCE.md"));
-        let machine = read_topology_file(&path).unwrap_or_else(|e| panic!("{e}"));
+        let machine = read_machine_xml(&path).unwrap_or_else(|e| panic!("{e}"));
         let got = (
             machine.gpus.len(),
             machine.fabric_nics().len(),
@@ -359,14 +359,14 @@ fn malformed_input_is_an_error_not_a_panic() {
         ("not xml at all".to_string(), "malformed XML"),
     ];
     for (text, needle) in cases {
-        let err = parse_topology(&text).expect_err(needle).to_string();
+        let err = parse_machine_xml(&text).expect_err(needle).to_string();
         assert!(err.contains(needle), "{needle}: {err}");
         assert!(!err.contains('\n'), "one line: {err}");
     }
     let err =
-        parse_topology(&p4d.replacen("0000:10:1c.0", "0000:10:1c", 1)).expect_err("bad busid");
+        parse_machine_xml(&p4d.replacen("0000:10:1c.0", "0000:10:1c", 1)).expect_err("bad busid");
     assert!(
-        matches!(err, TopologyError::BadAttribute { line: 18, .. }),
+        matches!(err, MachineXmlError::BadAttribute { line: 18, .. }),
         "{err}"
     );
 }
@@ -375,19 +375,17 @@ fn malformed_input_is_an_error_not_a_panic() {
 fn reader_errors_name_the_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("nope.xml");
-    let err = read_topology_file(&missing)
-        .expect_err("missing")
-        .to_string();
+    let err = read_machine_xml(&missing).expect_err("missing").to_string();
     assert!(err.contains("nope.xml"), "{err}");
     let binary = dir.path().join("binary.xml");
     std::fs::write(&binary, [0xffu8, 0xfe, 0x00]).expect("write");
-    let err = read_topology_file(&binary)
+    let err = read_machine_xml(&binary)
         .expect_err("not utf-8")
         .to_string();
     assert!(err.contains("binary.xml") && err.contains("UTF-8"), "{err}");
     let bad = dir.path().join("bad.xml");
     std::fs::write(&bad, "<system><cpu numaid=\"0\" affinity=\"q\"/></system>").expect("write");
-    let err = read_topology_file(&bad).expect_err("bad mask").to_string();
+    let err = read_machine_xml(&bad).expect_err("bad mask").to_string();
     assert!(
         err.starts_with(&bad.display().to_string()) && err.contains("line 1"),
         "{err}"
@@ -405,7 +403,7 @@ fn mutated_real_files_never_panic() {
         let mut checked = 0usize;
         let mut check = |mutated: &str| {
             checked += 1;
-            if let Ok(m) = parse_topology(mutated) {
+            if let Ok(m) = parse_machine_xml(mutated) {
                 m.validate()
                     .unwrap_or_else(|e| panic!("{key}: accepted an invalid machine: {e}"));
             }

@@ -140,6 +140,8 @@ fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Out
 
 /// Whether the child `pid` has exited, leaving it unreaped; an error counts as exited
 /// (the wait after it reports the status).
+// waitid(2) with WNOWAIT (peek without reaping) has no std wrapper.
+#[allow(unsafe_code)]
 fn exited(pid: libc::pid_t) -> bool {
     if pid <= 1 {
         return true;
@@ -161,6 +163,8 @@ fn exited(pid: libc::pid_t) -> bool {
 
 /// SIGKILL to the group `pid` leads (`process_group(0)`); called only while the leader
 /// is unreaped, so the group id is still its own.
+// kill(2) of a process group: std only kills the child itself.
+#[allow(unsafe_code)]
 fn kill_group(pid: libc::pid_t) {
     if pid > 1 {
         // SAFETY: kill(2) takes plain integers and touches no memory of ours.

@@ -57,6 +57,8 @@ pub struct RunLock {
 /// opened O_NONBLOCK | O_NOFOLLOW through the dir handle, must be a regular file of
 /// root's and is kept 0600, so a FIFO or another user's open cannot hold a pass. `Err`
 /// says why; the caller then runs without the shared state, never "healthy" by default.
+// flock(2) has no safe std wrapper on the Rust this workspace promises (1.85).
+#[allow(unsafe_code)]
 pub fn lock(dir: &SafeDir, wait: Duration) -> Result<RunLock, String> {
     let file = dir
         .lock_file(LOCK_FILE, owner())

@@ -89,8 +89,11 @@ fn report(args: &Args) -> Result<ExitCode, CliError> {
     };
     let owner = args.trusted_owner;
     let vendor_topology = |path: &str| {
-        root.as_deref()
-            .and_then(|r| sources::read_topology_under(r, path, owner).ok().flatten())
+        root.as_deref().and_then(|r| {
+            sources::read_vendor_nccl_topo(r, path, owner)
+                .ok()
+                .flatten()
+        })
     };
     let slurm = slurm_inputs(args, &config, root.is_some())?;
     let report = audit::audit(&Inputs {

@@ -199,7 +199,7 @@ fn fabric_for(
     // Looked up under the sysfs root, as the plugin does: a fixture tree carries its own
     // node's vendor file; trust-checked like the plugin's.
     let vendor_topology = |path: &str| {
-        gpu_affinity::sources::read_topology_under(root, path, owner)
+        gpu_affinity::sources::read_vendor_nccl_topo(root, path, owner)
             .ok()
             .flatten()
     };

@@ -41,7 +41,7 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<(), CliError> {
     let mut machine = match (&args.machine, &args.from) {
         (Some(name), _) => catalog::machine(name)?,
-        (None, Some(path)) => sources::read_topology_file(path)?,
+        (None, Some(path)) => sources::read_machine_xml(path)?,
         (None, None) => return Err(CliError("give --machine NAME or --from FILE.xml".into())),
     };
     let overrides = Dmi {

@@ -32,7 +32,7 @@ impl MachineArgs {
             return Ok(catalog::machine(name)?);
         }
         if let Some(path) = &self.topology {
-            return Ok(sources::read_topology_file(path)?);
+            return Ok(sources::read_machine_xml(path)?);
         }
         let root = self.sysfs_root.as_deref().unwrap_or(Path::new("/"));
         Ok(sources::sysfs::read_machine(root)?)

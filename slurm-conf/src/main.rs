@@ -8,6 +8,9 @@
 //! Exit status: 0 success, 1 bad input, 2 strict violations (`audit`: 1 a failed
 //! finding, 2 bad input).
 
+// No FFI here: unsafe code stays in the modules that call C.
+#![deny(unsafe_code)]
+
 mod audit;
 mod bench;
 mod conf;

@@ -64,7 +64,7 @@ fn explain_json(path: &Path, mode: &str) -> (Output, Value) {
 #[test]
 fn explain_on_every_real_topology_file() {
     for path in topology_files() {
-        let machine = sources::read_topology_file(&path).expect("parses");
+        let machine = sources::read_machine_xml(&path).expect("parses");
         let fabric_numas: Vec<Option<u32>> = machine
             .fabric_nics()
             .iter()

@@ -8,20 +8,15 @@ use gpu_affinity::cpuset::CpuSet;
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::plugin_env;
 use gpu_affinity::slurm::gpu_ids::{self, TaskGpus};
-use gpu_affinity::solver::{RankPlan, Violation};
+use gpu_affinity::solver::{REFUSAL_ADVICE, RankPlan, Violation};
 
 use crate::fabric_env;
 use crate::guard::Failure;
 use crate::host::{Host, MemPolicy, Os};
-use crate::mode::Choice;
 use crate::os::list;
 use crate::run_dir;
 use crate::step::join;
 use crate::step_data::StepPlan;
-
-/// The advice a strict refusal for one of the plugin's own problems (not the solver's,
-/// which carry their own) ends with.
-pub const ADVICE: &str = "use --gpu-affinity=prefer or drain this node";
 
 /// A prefer-mode warning: Slurm's info level does not reach srun from a task hook, so
 /// the line also goes to the task's own stderr, where the user reads their output.
@@ -39,10 +34,11 @@ pub struct Task {
     pub global: u32,
 }
 
-/// The strict refusal line for one of the plugin's own problems:
+/// The strict refusal line for one of the plugin's own problems (the solver's carry their
+/// own advice), ending with core's one wording:
 /// `gpu-affinity: rank 3: <what is wrong>; use --gpu-affinity=prefer or drain this node`.
 pub fn refusal(task: Task, problem: &str) -> Failure {
-    refusal_with(task, problem, ADVICE)
+    refusal_with(task, problem, REFUSAL_ADVICE)
 }
 
 /// The strict refusal line for a solver violation, under the global rank (the solver
@@ -78,7 +74,7 @@ pub fn apply_rank(
     host: &dyn Host,
     os: &dyn Os,
 ) -> Result<Applied, Failure> {
-    let strict = step.resolved.choice == Choice::Strict;
+    let strict = step.resolved.strict();
     let plan = &step.plan;
 
     if let Some(v) = plan.violations.iter().find(|v| concerns(v, task)) {

@@ -107,7 +107,7 @@ pub fn step_env(
 /// untrusted included (not `owner`'s alone: it would steer every job's NCCL_TOPO_FILE).
 /// Read as root in init_post_opt (`node.rs`).
 pub fn vendor_topology(sysfs_root: &Path, path: &str, owner: u32) -> Option<Machine> {
-    match gpu_affinity::sources::read_topology_under(sysfs_root, path, owner) {
+    match gpu_affinity::sources::read_vendor_nccl_topo(sysfs_root, path, owner) {
         Ok(m) => m,
         Err(e) => {
             log::warn!("gpu-affinity: vendor NCCL topology file not used: {e}");

@@ -256,7 +256,11 @@ impl Os for FakeOs {
             })
             .transpose()
     }
-    fn read_topology(&self, path: &Path, _owner: u32) -> Result<Option<Vec<Topology>>, String> {
+    fn read_slurm_topology(
+        &self,
+        path: &Path,
+        _owner: u32,
+    ) -> Result<Option<Vec<Topology>>, String> {
         self.topology_files
             .get(path)
             .map(|text| gpu_affinity::slurm::read::parse_topology(path, text))

@@ -126,7 +126,8 @@ pub trait Os {
     fn read_gres_conf(&self, path: &Path, owner: u32) -> Result<Option<GresConf>, String>;
     /// The cluster's topology file at `path` (topology.yaml or topology.conf), trust-checked
     /// like gres.conf (`Ok(None)`: no such file); Err is one line naming the file.
-    fn read_topology(&self, path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String>;
+    fn read_slurm_topology(&self, path: &Path, owner: u32)
+    -> Result<Option<Vec<Topology>>, String>;
     /// slurm.conf at `path` with its includes, trust-checked like gres.conf (`Ok(None)`:
     /// no such file): the partitions' `Topology=`.
     fn read_slurm_conf(&self, path: &Path, owner: u32) -> Result<Option<SlurmConf>, String>;

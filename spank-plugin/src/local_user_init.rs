@@ -17,5 +17,5 @@ pub fn local_user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<
     if resolved.choice == Choice::Off {
         return Ok(());
     }
-    placement::submit(&settings, resolved.choice == Choice::Strict, host, os)
+    placement::submit(&settings, resolved.strict(), host, os)
 }

@@ -55,36 +55,18 @@ pub fn install() {
     }
 }
 
-/// `line` with every control character (C0, DEL, C1: newline, carriage return, escape,
-/// NUL, ...) written as a visible escape (`\n`, `\r`, `\t`, `\x1b`), so one logged
-/// line stays one line and cannot carry terminal escape sequences either.
-pub fn printable(line: &str) -> std::borrow::Cow<'_, str> {
-    use std::fmt::Write;
-    if !line.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(line);
-    }
-    let mut out = String::with_capacity(line.len() + 8);
-    for c in line.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() => {
-                // Control characters are all below U+00A0: two hex digits name each.
-                let _ = write!(out, "\\x{:02x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    std::borrow::Cow::Owned(out)
-}
+/// `line` as one line, control characters escaped: core's one escaper
+/// ([`gpu_affinity::text::one_line`]), the same rules as core's error lines.
+pub use gpu_affinity::text::one_line as printable;
 
 /// Send one line to Slurm (tests: to this thread's capture), made [`printable`] first.
 pub fn emit(level: SlurmLevel, line: &str) {
     sink(level, &printable(line));
 }
 
+// Slurm's log functions are C varargs calls.
 #[cfg(not(test))]
+#[allow(unsafe_code)]
 fn sink(level: SlurmLevel, line: &str) {
     use crate::ffi;
     use std::ffi::CString;

@@ -68,6 +68,12 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// Whether a problem refuses the step rather than warns: core decides it for the
+    /// mode ([`Mode::refuses`]); off never gets this far, and refuses nothing.
+    pub fn strict(&self) -> bool {
+        self.choice.solver_mode().is_some_and(Mode::refuses)
+    }
+
     /// The info line for a raised mode, `None` when nothing was raised.
     pub fn raise_note(&self) -> Option<String> {
         self.raised_from.map(|from| {

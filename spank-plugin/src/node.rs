@@ -107,7 +107,7 @@ pub fn read_node(
             Ok(profiles) => (profiles, Vec::new()),
             Err(reason) => {
                 log::error!("gpu-affinity: {reason}");
-                if resolved.choice == Choice::Strict {
+                if resolved.strict() {
                     return Err(StepOutcome::Refused { reason });
                 }
                 (

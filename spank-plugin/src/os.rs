@@ -35,7 +35,11 @@ impl Os for LiveOs {
         gpu_affinity::slurm::read::read_gres_conf(path, owner).map_err(|e| e.to_string())
     }
 
-    fn read_topology(&self, path: &Path, owner: u32) -> Result<Option<Vec<Topology>>, String> {
+    fn read_slurm_topology(
+        &self,
+        path: &Path,
+        owner: u32,
+    ) -> Result<Option<Vec<Topology>>, String> {
         gpu_affinity::slurm::read::read_topology(path, owner)
     }
 
@@ -76,11 +80,11 @@ impl Os for LiveOs {
     }
 
     fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String> {
-        crate::topology::read_machine(root, detail)
+        crate::sysfs_machine::read_machine(root, detail)
     }
 
     fn read_pci_links(&self, root: &Path, machine: &mut Machine) -> Result<(), String> {
-        crate::topology::read_pci_links(root, machine)
+        crate::sysfs_machine::read_pci_links(root, machine)
     }
 
     /// Read once per process: user_init asks first (see `user_init::decide`), so the
@@ -110,6 +114,8 @@ impl Os for LiveOs {
             .collect())
     }
 
+    // set_mempolicy(2) has no libc or std wrapper: a raw syscall.
+    #[allow(unsafe_code)]
     fn set_mempolicy(&self, policy: MemPolicy, nodes: &[u32]) -> Result<(), String> {
         let mode = match policy {
             MemPolicy::Default => MPOL_DEFAULT,
@@ -142,6 +148,8 @@ impl Os for LiveOs {
         Ok(())
     }
 
+    // get_mempolicy(2) has no libc or std wrapper: a raw syscall.
+    #[allow(unsafe_code)]
     fn mempolicy(&self) -> Result<(MemPolicy, Vec<u32>), String> {
         let mut mode: libc::c_int = 0;
         let mut mask = [0u64; MASK_WORDS];

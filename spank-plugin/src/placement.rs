@@ -32,7 +32,6 @@ use gpu_affinity::slurm::{srun_args, step_span};
 
 use crate::guard::Failure;
 use crate::host::{Host, Os};
-use crate::mode::Choice;
 use crate::settings::Settings;
 use crate::step_data::{Prepared, StepOutcome};
 
@@ -41,7 +40,7 @@ use crate::step_data::{Prepared, StepOutcome};
 /// settled otherwise (off, left alone, invalid, refused) are returned as they were.
 pub fn backstop(prepared: Prepared, settings: &Settings, host: &dyn Host, os: &dyn Os) -> Prepared {
     let strict = match &prepared {
-        Prepared::Ready { resolved, .. } => resolved.choice == Choice::Strict,
+        Prepared::Ready { resolved, .. } => resolved.strict(),
         // prefer with an unplannable node: the step still runs, so it still warns.
         Prepared::Decided(StepOutcome::Unplanned { .. }) => false,
         Prepared::Decided(_) => return prepared,
@@ -279,6 +278,6 @@ fn read(
     read::locate_topology(
         settings.topology.as_deref(),
         side.slurm_conf.as_deref(),
-        &|path| os.read_topology(path, settings.owner),
+        &|path| os.read_slurm_topology(path, settings.owner),
     )
 }

@@ -15,7 +15,7 @@ use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::gpu_ids::SlurmGpus;
 use gpu_affinity::solver::Plan;
 
-use crate::mode::{Choice, Resolved};
+use crate::mode::Resolved;
 
 /// Steps at or above this id are Slurm's own (batch script, extern, interactive):
 /// they are not a user's parallel step and are left alone.
@@ -164,10 +164,10 @@ pub struct StepFabric {
 
 /// A step that cannot be planned: refused under strict, left unbound under prefer.
 pub fn unplannable(resolved: Resolved, reason: String) -> StepOutcome {
-    match resolved.choice {
-        Choice::Strict => StepOutcome::Refused { reason },
-        _ => StepOutcome::Unplanned {
-            warning: format!("gpu-affinity: warning: {reason}; tasks run without GPU affinity"),
-        },
+    if resolved.strict() {
+        return StepOutcome::Refused { reason };
+    }
+    StepOutcome::Unplanned {
+        warning: format!("gpu-affinity: warning: {reason}; tasks run without GPU affinity"),
     }
 }

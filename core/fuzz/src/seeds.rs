@@ -218,7 +218,7 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         written: 0,
     };
 
-    // Real vendor and hwloc files: each XML target gets all of them (parse_topology
+    // Real vendor and hwloc files: each XML target gets all of them (parse_machine_xml
     // takes either format, and each format's parser should refuse the other's cleanly).
     if let Some(dir) = topologies {
         let mut files = Vec::new();
@@ -229,7 +229,7 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
                 c.add(target, &text)?;
             }
             // The GPUs' bus ids as the driver prints them in XIDs, and gres.conf lines.
-            if let Ok(Ok(machine)) = std::str::from_utf8(&text).map(sources::parse_topology) {
+            if let Ok(Ok(machine)) = std::str::from_utf8(&text).map(sources::parse_machine_xml) {
                 c.gpus(&machine)?;
             }
         }

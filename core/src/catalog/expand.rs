@@ -8,7 +8,7 @@ use toml::Spanned;
 use super::CatalogError;
 use super::format::{
     CpuDesc, Description, GpuType, GroupDesc, NicType, NumaDesc, PciId, PcieDesc, RootName,
-    SiblingRule, expand_name,
+    SiblingRule, SwitchDesc, expand_name,
 };
 use crate::cpuset::CpuSet;
 use crate::model::{
@@ -369,171 +369,57 @@ impl Tree<'_> {
         });
     }
 
-    /// Add the group's bridges and say which one is each endpoint's parent.
+    /// Add the group's bridges and say which one is each endpoint's parent. The phases:
+    /// the endpoints, then a group on a root bus (no bridges), else the root port, then
+    /// the switch's upstream and downstream ports when the group has a switch.
     fn add_group(&mut self, g: &GroupDesc, at: &str) -> Result<Parents, CatalogError> {
-        let layout = |message: String| CatalogError::Layout {
-            at: at.to_string(),
-            message,
-        };
-        let endpoints: Vec<(PciAddr, Option<PciAddr>)> = g
-            .gpus
-            .iter()
-            .map(|d| (d.get_ref().pci, d.get_ref().downstream))
-            .chain(
-                g.nics
-                    .iter()
-                    .map(|d| (d.get_ref().pci, d.get_ref().downstream)),
-            )
-            .collect();
+        let endpoints = endpoints(g);
         if endpoints.is_empty() {
-            return Err(layout(format!("{} has no GPU and no NIC", group_label(g))));
+            return Err(layout(
+                at,
+                format!("{} has no GPU and no NIC", group_label(g)),
+            ));
         }
         if g.on_root_bus {
-            if g.root_port.is_some() || g.switch.is_some() {
-                return Err(layout(
-                    "on_root_bus = true leaves no room for root_port or switch".into(),
-                ));
-            }
-            if let Some((addr, _)) = endpoints.iter().find(|(_, d)| d.is_some()) {
-                return Err(layout(format!(
-                    "{addr} names a downstream port but sits on a root bus"
-                )));
-            }
-            if let Some(root) = &g.root
-                && let Some((addr, _)) = endpoints
-                    .iter()
-                    .find(|(a, _)| a.domain != root.domain || a.bus != root.bus)
-            {
-                return Err(layout(format!(
-                    "{addr} is not on the root bus of {root} (on_root_bus = true)"
-                )));
-            }
-            return Ok(Parents(
-                endpoints
-                    .iter()
-                    .map(|(a, _)| ((a.bus, a.device), None))
-                    .collect(),
-            ));
+            return root_bus_parents(g, &endpoints, at);
         }
         let Some(root) = &g.root else {
             return Err(layout(
+                at,
                 "root = \"pciDDDD:BB\" is required unless on_root_bus = true".into(),
             ));
         };
-        for (addr, _) in &endpoints {
-            if addr.domain != root.domain {
-                return Err(layout(format!(
-                    "{addr} is not in PCI domain {:04x} of its root complex {root}",
-                    root.domain
-                )));
-            }
-            if addr.bus <= root.bus {
-                return Err(layout(format!(
-                    "{addr} cannot sit below a root port of {root}"
-                )));
-            }
-        }
-
-        let root_port = match g.root_port {
-            Some(rp) if rp.domain != root.domain || rp.bus != root.bus => {
-                return Err(layout(format!(
-                    "root port {rp} is not on the root bus of {root}"
-                )));
-            }
-            Some(rp) => rp,
-            None => {
-                let n = self.root_ports.entry((root.domain, root.bus)).or_insert(0);
-                *n += 1;
-                if *n > 0x1f {
-                    return Err(layout(format!("too many generated root ports on {root}")));
-                }
-                PciAddr::new(root.domain, root.bus, *n, 0)
-            }
-        };
+        check_below_root(root, &endpoints, at)?;
+        let root_port = self.root_port(g, root, at)?;
         let root_port_id = self.pcie.root_port_id.unwrap_or(DEFAULT_ROOT_PORT_ID);
         self.push(g, root_port, None, root_port_id, class::BRIDGE_PCI);
 
         let Some(switch) = &g.switch else {
-            if let Some((addr, _)) = endpoints.iter().find(|(_, d)| d.is_some()) {
-                return Err(layout(format!(
-                    "{addr} names a downstream port but the group has no switch"
-                )));
+            if let Some(e) = endpoints.iter().find(|e| e.downstream.is_some()) {
+                return Err(layout(
+                    at,
+                    format!(
+                        "{} names a downstream port but the group has no switch",
+                        e.addr
+                    ),
+                ));
             }
             return Ok(Parents(
                 endpoints
                     .iter()
-                    .map(|(a, _)| ((a.bus, a.device), Some(root_port)))
+                    .map(|e| ((e.addr.bus, e.addr.device), Some(root_port)))
                     .collect(),
             ));
         };
-
-        let first_bus = endpoints
-            .iter()
-            .map(|(a, _)| a.bus)
-            .min()
-            .unwrap_or(root.bus);
-        let upstream = match switch.upstream {
-            Some(up) => up,
-            None if first_bus >= root.bus.saturating_add(3) => {
-                PciAddr::new(root.domain, first_bus - 2, 0, 0)
-            }
-            None => {
-                return Err(layout(format!(
-                    "no room to generate a switch between {root} and bus {first_bus:02x}; give switch.upstream"
-                )));
-            }
-        };
-        if upstream.domain != root.domain {
-            return Err(layout(format!(
-                "switch upstream port {upstream} is outside the domain of {root}"
-            )));
-        }
+        let upstream = switch_upstream(switch, root, &endpoints, at)?;
         let switch_id = switch
             .pci_id
             .or(self.pcie.switch_id)
             .unwrap_or(DEFAULT_SWITCH_ID);
         self.push(g, upstream, Some(root_port), switch_id, class::BRIDGE_PCI);
 
-        // One downstream port per endpoint slot: given ones first, then generated ones on
-        // the bus below the upstream port, numbered in endpoint address order.
-        let mut downstream: BTreeMap<(u8, u8), PciAddr> = BTreeMap::new();
-        for (addr, given) in &endpoints {
-            if let Some(d) = given {
-                match downstream.insert((addr.bus, addr.device), *d) {
-                    Some(prev) if prev != *d => {
-                        return Err(layout(format!(
-                            "{addr} names downstream port {d}, its sibling named {prev}"
-                        )));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let internal_bus = upstream
-            .bus
-            .checked_add(1)
-            .ok_or_else(|| layout("switch on bus ff".into()))?;
-        let mut used: BTreeSet<PciAddr> = downstream.values().copied().collect();
-        let slots: BTreeSet<(u8, u8)> = endpoints.iter().map(|(a, _)| (a.bus, a.device)).collect();
-        let mut next = 0u8;
-        for slot in slots {
-            if downstream.contains_key(&slot) {
-                continue;
-            }
-            let addr = loop {
-                if next > 0x1f {
-                    return Err(layout("more than 32 downstream ports to generate".into()));
-                }
-                let a = PciAddr::new(root.domain, internal_bus, next, 0);
-                next += 1;
-                if !used.contains(&a) {
-                    break a;
-                }
-            };
-            used.insert(addr);
-            downstream.insert(slot, addr);
-        }
-        for port in &used {
+        let (downstream, ports) = downstream_ports(root, upstream, &endpoints, at)?;
+        for port in &ports {
             self.push(g, *port, Some(upstream), switch_id, class::BRIDGE_PCI);
         }
         Ok(Parents(
@@ -543,6 +429,223 @@ impl Tree<'_> {
                 .collect(),
         ))
     }
+
+    /// The group's root port: the one it names (on its root bus), else the next one
+    /// generated on that root complex.
+    fn root_port(
+        &mut self,
+        g: &GroupDesc,
+        root: &RootName,
+        at: &str,
+    ) -> Result<PciAddr, CatalogError> {
+        match g.root_port {
+            Some(rp) if rp.domain != root.domain || rp.bus != root.bus => Err(layout(
+                at,
+                format!("root port {rp} is not on the root bus of {root}"),
+            )),
+            Some(rp) => Ok(rp),
+            None => {
+                let n = self.root_ports.entry((root.domain, root.bus)).or_insert(0);
+                *n += 1;
+                if *n > 0x1f {
+                    return Err(layout(
+                        at,
+                        format!("too many generated root ports on {root}"),
+                    ));
+                }
+                Ok(PciAddr::new(root.domain, root.bus, *n, 0))
+            }
+        }
+    }
+}
+
+/// A layout error at a group.
+fn layout(at: &str, message: String) -> CatalogError {
+    CatalogError::Layout {
+        at: at.to_string(),
+        message,
+    }
+}
+
+/// A GPU or NIC of a group, and the switch downstream port it names, if any.
+struct Endpoint {
+    addr: PciAddr,
+    downstream: Option<PciAddr>,
+}
+
+/// The group's GPUs, then its NICs.
+fn endpoints(g: &GroupDesc) -> Vec<Endpoint> {
+    g.gpus
+        .iter()
+        .map(|d| (d.get_ref().pci, d.get_ref().downstream))
+        .chain(
+            g.nics
+                .iter()
+                .map(|d| (d.get_ref().pci, d.get_ref().downstream)),
+        )
+        .map(|(addr, downstream)| Endpoint { addr, downstream })
+        .collect()
+}
+
+/// A group on a root bus: no bridges, so no endpoint has a parent; it names no root
+/// port, switch or downstream port, and every endpoint is on its root's bus.
+fn root_bus_parents(
+    g: &GroupDesc,
+    endpoints: &[Endpoint],
+    at: &str,
+) -> Result<Parents, CatalogError> {
+    if g.root_port.is_some() || g.switch.is_some() {
+        return Err(layout(
+            at,
+            "on_root_bus = true leaves no room for root_port or switch".into(),
+        ));
+    }
+    if let Some(e) = endpoints.iter().find(|e| e.downstream.is_some()) {
+        return Err(layout(
+            at,
+            format!("{} names a downstream port but sits on a root bus", e.addr),
+        ));
+    }
+    if let Some(root) = &g.root
+        && let Some(e) = endpoints
+            .iter()
+            .find(|e| e.addr.domain != root.domain || e.addr.bus != root.bus)
+    {
+        return Err(layout(
+            at,
+            format!(
+                "{} is not on the root bus of {root} (on_root_bus = true)",
+                e.addr
+            ),
+        ));
+    }
+    Ok(Parents(
+        endpoints
+            .iter()
+            .map(|e| ((e.addr.bus, e.addr.device), None))
+            .collect(),
+    ))
+}
+
+/// Every endpoint is in its root complex's domain, on a bus below its root bus.
+fn check_below_root(root: &RootName, endpoints: &[Endpoint], at: &str) -> Result<(), CatalogError> {
+    for Endpoint { addr, .. } in endpoints {
+        if addr.domain != root.domain {
+            return Err(layout(
+                at,
+                format!(
+                    "{addr} is not in PCI domain {:04x} of its root complex {root}",
+                    root.domain
+                ),
+            ));
+        }
+        if addr.bus <= root.bus {
+            return Err(layout(
+                at,
+                format!("{addr} cannot sit below a root port of {root}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The switch's upstream port: the one named, else generated two buses above the first
+/// endpoint's (room for the root port's bus and the switch's internal one).
+fn switch_upstream(
+    switch: &SwitchDesc,
+    root: &RootName,
+    endpoints: &[Endpoint],
+    at: &str,
+) -> Result<PciAddr, CatalogError> {
+    let first_bus = endpoints
+        .iter()
+        .map(|e| e.addr.bus)
+        .min()
+        .unwrap_or(root.bus);
+    let upstream = match switch.upstream {
+        Some(up) => up,
+        None if first_bus >= root.bus.saturating_add(3) => {
+            PciAddr::new(root.domain, first_bus - 2, 0, 0)
+        }
+        None => {
+            return Err(layout(
+                at,
+                format!(
+                    "no room to generate a switch between {root} and bus {first_bus:02x}; give switch.upstream"
+                ),
+            ));
+        }
+    };
+    if upstream.domain != root.domain {
+        return Err(layout(
+            at,
+            format!("switch upstream port {upstream} is outside the domain of {root}"),
+        ));
+    }
+    Ok(upstream)
+}
+
+/// Endpoint slot (bus, device) -> its switch downstream port.
+type SlotPorts = BTreeMap<(u8, u8), PciAddr>;
+
+/// Each endpoint slot's downstream port, and every port to add. One port per endpoint
+/// slot: given ones first, then generated ones on the bus below the upstream port,
+/// numbered in endpoint address order.
+fn downstream_ports(
+    root: &RootName,
+    upstream: PciAddr,
+    endpoints: &[Endpoint],
+    at: &str,
+) -> Result<(SlotPorts, BTreeSet<PciAddr>), CatalogError> {
+    let mut downstream = SlotPorts::new();
+    for Endpoint {
+        addr,
+        downstream: given,
+    } in endpoints
+    {
+        if let Some(d) = given {
+            match downstream.insert((addr.bus, addr.device), *d) {
+                Some(prev) if prev != *d => {
+                    return Err(layout(
+                        at,
+                        format!("{addr} names downstream port {d}, its sibling named {prev}"),
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    let internal_bus = upstream
+        .bus
+        .checked_add(1)
+        .ok_or_else(|| layout(at, "switch on bus ff".into()))?;
+    let mut used: BTreeSet<PciAddr> = downstream.values().copied().collect();
+    let slots: BTreeSet<(u8, u8)> = endpoints
+        .iter()
+        .map(|e| (e.addr.bus, e.addr.device))
+        .collect();
+    let mut next = 0u8;
+    for slot in slots {
+        if downstream.contains_key(&slot) {
+            continue;
+        }
+        let addr = loop {
+            if next > 0x1f {
+                return Err(layout(
+                    at,
+                    "more than 32 downstream ports to generate".into(),
+                ));
+            }
+            let a = PciAddr::new(root.domain, internal_bus, next, 0);
+            next += 1;
+            if !used.contains(&a) {
+                break a;
+            }
+        };
+        used.insert(addr);
+        downstream.insert(slot, addr);
+    }
+    Ok((downstream, used))
 }
 
 /// Resolve a NIC entry against its type: names, kind, class and port facts. Returns the

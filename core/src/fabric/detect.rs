@@ -326,222 +326,218 @@ fn vendor_of(machine: &Machine, evidence: &mut Vec<String>) -> Vendor {
     Vendor::Unknown
 }
 
-/// (instance, family) from the hardware, per vendor.
-fn infer(
-    vendor: Vendor,
-    machine: &Machine,
-    hw: &Hardware,
-    evidence: &mut Vec<String>,
-) -> (Option<String>, Option<String>) {
-    let s = |x: &str| Some(x.to_string());
-    let gpu = hw.gpu_device();
-    let describe = hw.describe();
-    let mut found = |instance: Option<String>, family: &str, note: &str| {
-        let what = instance.as_deref().map_or(format!("{family} family"), |i| {
-            format!("{i} ({family} family)")
-        });
-        evidence.push(format!("{describe} -> {what}{note}"));
-        (instance, Some(family.to_string()))
+/// (instance, family) as detection names them; `None` where it cannot tell.
+type Inferred = (Option<String>, Option<String>);
+
+/// (instance, family) from the hardware, per vendor: one rule table each.
+fn infer(vendor: Vendor, machine: &Machine, hw: &Hardware, evidence: &mut Vec<String>) -> Inferred {
+    let mut verdict = Verdict {
+        describe: hw.describe(),
+        evidence,
     };
     match vendor {
-        Vendor::Aws => {
-            let product = machine
-                .dmi
-                .product_name
-                .as_deref()
-                .map(str::trim)
-                .filter(|p| !p.is_empty());
-            if let Some(p) = product {
-                evidence.push(dmi_line("product_name", p));
-                let family = p.split('.').next().unwrap_or(p).to_string();
-                evidence.push(format!("{describe} on a {family} instance"));
-                return (s(p), Some(family));
-            }
-            let efa = hw.count(NicKind::Efa);
-            match (gpu, efa) {
-                (Some(gpu_id::A100_40G), 1..) => found(
-                    s("p4d.24xlarge"),
-                    family::P4D,
-                    " (DMI product_name missing)",
-                ),
-                (Some(gpu_id::A100_80G), 1..) => found(
-                    s("p4de.24xlarge"),
-                    family::P4DE,
-                    " (DMI product_name missing)",
-                ),
-                (Some(gpu_id::H100_SXM), 1..) => {
-                    found(s("p5.48xlarge"), family::P5, " (DMI product_name missing)")
-                }
-                (Some(gpu_id::H200_SXM), _) if hw.has_id(vendor::AMAZON, 0xefa2) || efa == 16 => {
-                    found(
-                        s("p5en.48xlarge"),
-                        family::P5EN,
-                        " (DMI product_name missing)",
-                    )
-                }
-                (Some(gpu_id::H200_SXM), 1..) => found(
-                    s("p5e.48xlarge"),
-                    family::P5E,
-                    " (DMI product_name missing)",
-                ),
-                _ => {
-                    evidence.push(format!(
-                        "{describe}: DMI product_name missing and no known AWS GPU instance fits"
-                    ));
-                    (None, None)
-                }
-            }
-        }
-        Vendor::Azure => {
-            let ib = hw.count(NicKind::Infiniband);
-            if ib == 0 {
-                evidence.push(format!(
-                    "{describe}: no InfiniBand NIC, not an ND InfiniBand VM"
-                ));
-                return (None, None);
-            }
-            match gpu {
-                Some(gpu_id::A100_40G) => found(s("Standard_ND96asr_v4"), family::NDA100V4, ""),
-                Some(gpu_id::A100_80G) => {
-                    found(s("Standard_ND96amsr_A100_v4"), family::NDA100V4, "")
-                }
-                Some(gpu_id::H100_SXM) => found(s("Standard_ND96isr_H100_v5"), family::NDV5, ""),
-                Some(gpu_id::H200_SXM) => found(s("Standard_ND96isr_H200_v5"), family::NDV5, ""),
-                Some(gpu_id::GB200) => found(
-                    s("Standard_ND128isr_NDR_GB200_v6"),
-                    family::ND_GB200_V6,
-                    " (Grace + GB200)",
-                ),
-                Some(gpu_id::GB300 | gpu_id::GB300_B) => found(
-                    s("Standard_ND128isr_GB300_v6"),
-                    family::ND_GB300_V6,
-                    " (Grace + GB300)",
-                ),
-                // Vendor topology files carry class codes only; the NUMA layout still tells
-                // the two ND generations apart (A100 v4: 4 NUMA nodes, v5: 2).
-                None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 4 => found(
-                    None,
-                    family::NDA100V4,
-                    " (GPU model unknown; 4 NUMA nodes as on ND A100 v4)",
-                ),
-                None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 2 => found(
-                    None,
-                    family::NDV5,
-                    " (GPU model unknown; 2 NUMA nodes as on ND H100 v5 / H200 v5)",
-                ),
-                _ => {
-                    evidence.push(format!("{describe}: no known Azure ND instance fits"));
-                    (None, None)
-                }
-            }
-        }
-        Vendor::Gcp => {
-            let gvnic = hw.count(NicKind::Gvnic);
-            let roce = hw.count(NicKind::Roce);
-            let h100 = matches!(gpu, Some(gpu_id::H100_SXM) | None);
-            match (gpu, gvnic, roce) {
-                (_, 4, 0) if h100 => found(
-                    s("a3-highgpu-8g"),
-                    family::A3_HIGH,
-                    " (4 GPU gVNICs: GPUDirect-TCPX)",
-                ),
-                (_, 8, 0) if h100 => found(
-                    s("a3-megagpu-8g"),
-                    family::A3_MEGA,
-                    " (8 GPU gVNICs: GPUDirect-TCPXO)",
-                ),
-                (Some(gpu_id::H200_SXM), _, 1..) => found(
-                    s("a3-ultragpu-8g"),
-                    family::A3_ULTRA,
-                    " (ConnectX RoCE: GPUDirect RDMA over gIB)",
-                ),
-                (Some(gpu_id::B200), _, 1..) => found(
-                    s("a4-highgpu-8g"),
-                    family::A4,
-                    " (ConnectX RoCE: GPUDirect RDMA over gIB)",
-                ),
-                (Some(gpu_id::GB200), _, 1..) => found(
-                    s("a4x-highgpu-4g"),
-                    family::A4X,
-                    " (Grace + GB200, ConnectX RoCE: GPUDirect RDMA over gIB)",
-                ),
-                _ => {
-                    evidence.push(format!("{describe}: no known GCP A3/A4 instance fits"));
-                    (None, None)
-                }
-            }
-        }
-        Vendor::Oci => {
-            let rdma_functions = hw.count(NicKind::Roce) + hw.count(NicKind::Infiniband);
-            if rdma_functions == 0 {
-                evidence.push(format!(
-                    "{describe}: no RDMA NIC, not an OCI GPU cluster shape"
-                ));
-                return (None, None);
-            }
-            match gpu {
-                Some(gpu_id::A100_40G) => found(s("BM.GPU4.8"), family::OCI_GPU4, ""),
-                Some(gpu_id::A100_80G) => found(
-                    s("BM.GPU.A100-v2.8"),
-                    family::OCI_A100_V2,
-                    " (BM.GPU.B4.8 has the same GPUs and NICs)",
-                ),
-                Some(gpu_id::H100_SXM) => found(s("BM.GPU.H100.8"), family::OCI_H100, ""),
-                Some(gpu_id::H200_SXM) => found(s("BM.GPU.H200.8"), family::OCI_H200, ""),
-                Some(gpu_id::B200) => found(s("BM.GPU.B200.8"), family::OCI_B200, ""),
-                // GB200-v3.4 has 8 ConnectX-8 functions; GB200.4 / v2.4 have 4 RDMA NICs
-                // (oci-hpc-oke by-shape doc @ 13dc0a1f), for which no profile is written.
-                Some(gpu_id::GB200) if rdma_functions >= 8 => found(
-                    s("BM.GPU.GB200-v3.4"),
-                    family::OCI_GB200_V3,
-                    " (Grace + GB200, 8 RDMA functions)",
-                ),
-                Some(gpu_id::GB200) => found(
-                    s("BM.GPU.GB200.4"),
-                    family::OCI_GB200,
-                    " (Grace + GB200, fewer than 8 RDMA functions)",
-                ),
-                Some(gpu_id::GB300 | gpu_id::GB300_B) => {
-                    found(s("BM.GPU.GB300.4"), family::OCI_GB300, " (Grace + GB300)")
-                }
-                // Hand-flattened vendor files (oci-hpc samples/gpu/topo-flattened*.xml)
-                // give bus ids and classes only. The AMD A100 shapes run NPS4 (GPUs on 4
-                // of 8 NUMA nodes; the Intel H100/H200 shapes have 2), and the CPUs per
-                // NUMA node tell the EPYC generation: 2x 32-core Rome on BM.GPU4.8 gives
-                // 16 per node, 2x 64-core Milan on BM.GPU.A100-v2.8 / B4.8 gives 32.
-                None if hw.gpu_count == 8 && rdma_functions >= 8 && hw.numa_nodes >= 4 => {
-                    match hw.cpus_per_numa {
-                        Some(16) => found(
-                            s("BM.GPU4.8"),
-                            family::OCI_GPU4,
-                            " (GPU model unknown; NPS4 NUMA nodes of 16 CPUs: 2x 32-core EPYC as on BM.GPU4.8)",
-                        ),
-                        Some(32) => found(
-                            s("BM.GPU.A100-v2.8"),
-                            family::OCI_A100_V2,
-                            " (GPU model unknown; NPS4 NUMA nodes of 32 CPUs: 2x 64-core EPYC as on BM.GPU.A100-v2.8 / BM.GPU.B4.8)",
-                        ),
-                        other => {
-                            let cpus = other.map_or("unknown".to_string(), |n| n.to_string());
-                            evidence.push(format!(
-                                "{describe}: GPU model unknown; {} NUMA nodes of {cpus} CPUs match no OCI A100 shape",
-                                hw.numa_nodes
-                            ));
-                            (None, None)
-                        }
-                    }
-                }
-                _ => {
-                    evidence.push(format!(
-                        "{describe}: GPU model unknown or not a known OCI bare-metal GPU shape"
-                    ));
-                    (None, None)
-                }
-            }
-        }
+        Vendor::Aws => aws_instance(machine, hw, &mut verdict),
+        Vendor::Azure => azure_instance(hw, &mut verdict),
+        Vendor::Gcp => gcp_instance(hw, &mut verdict),
+        Vendor::Oci => oci_instance(hw, &mut verdict),
         Vendor::Unknown => {
-            evidence.push(describe);
+            verdict.evidence.push(verdict.describe);
             (None, None)
+        }
+    }
+}
+
+/// Where an inference leaves its one evidence line: the hardware summary
+/// ([`Hardware::describe`]), then what it concluded or why nothing fits.
+struct Verdict<'e> {
+    describe: String,
+    evidence: &'e mut Vec<String>,
+}
+
+impl Verdict<'_> {
+    /// `describe -> instance (family family)note`.
+    fn found(&mut self, instance: Option<&str>, family: &str, note: &str) -> Inferred {
+        let what = instance.map_or(format!("{family} family"), |i| {
+            format!("{i} ({family} family)")
+        });
+        self.evidence
+            .push(format!("{} -> {what}{note}", self.describe));
+        (instance.map(str::to_string), Some(family.to_string()))
+    }
+
+    /// `describe: why`, and no instance.
+    fn none(&mut self, why: &str) -> Inferred {
+        self.evidence.push(format!("{}: {why}", self.describe));
+        (None, None)
+    }
+}
+
+/// AWS: DMI `product_name` is the instance; without it, the GPU model and EFA count.
+fn aws_instance(machine: &Machine, hw: &Hardware, v: &mut Verdict) -> Inferred {
+    let product = machine
+        .dmi
+        .product_name
+        .as_deref()
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
+    if let Some(p) = product {
+        v.evidence.push(dmi_line("product_name", p));
+        let family = p.split('.').next().unwrap_or(p).to_string();
+        v.evidence
+            .push(format!("{} on a {family} instance", v.describe));
+        return (Some(p.to_string()), Some(family));
+    }
+    const MISSING: &str = " (DMI product_name missing)";
+    let efa = hw.count(NicKind::Efa);
+    match (hw.gpu_device(), efa) {
+        (Some(gpu_id::A100_40G), 1..) => v.found(Some("p4d.24xlarge"), family::P4D, MISSING),
+        (Some(gpu_id::A100_80G), 1..) => v.found(Some("p4de.24xlarge"), family::P4DE, MISSING),
+        (Some(gpu_id::H100_SXM), 1..) => v.found(Some("p5.48xlarge"), family::P5, MISSING),
+        (Some(gpu_id::H200_SXM), _) if hw.has_id(vendor::AMAZON, 0xefa2) || efa == 16 => {
+            v.found(Some("p5en.48xlarge"), family::P5EN, MISSING)
+        }
+        (Some(gpu_id::H200_SXM), 1..) => v.found(Some("p5e.48xlarge"), family::P5E, MISSING),
+        _ => v.none("DMI product_name missing and no known AWS GPU instance fits"),
+    }
+}
+
+/// Azure: an ND InfiniBand VM, told by its GPU model (or, without one, its NUMA layout).
+fn azure_instance(hw: &Hardware, v: &mut Verdict) -> Inferred {
+    let ib = hw.count(NicKind::Infiniband);
+    if ib == 0 {
+        return v.none("no InfiniBand NIC, not an ND InfiniBand VM");
+    }
+    match hw.gpu_device() {
+        Some(gpu_id::A100_40G) => v.found(Some("Standard_ND96asr_v4"), family::NDA100V4, ""),
+        Some(gpu_id::A100_80G) => v.found(Some("Standard_ND96amsr_A100_v4"), family::NDA100V4, ""),
+        Some(gpu_id::H100_SXM) => v.found(Some("Standard_ND96isr_H100_v5"), family::NDV5, ""),
+        Some(gpu_id::H200_SXM) => v.found(Some("Standard_ND96isr_H200_v5"), family::NDV5, ""),
+        Some(gpu_id::GB200) => v.found(
+            Some("Standard_ND128isr_NDR_GB200_v6"),
+            family::ND_GB200_V6,
+            " (Grace + GB200)",
+        ),
+        Some(gpu_id::GB300 | gpu_id::GB300_B) => v.found(
+            Some("Standard_ND128isr_GB300_v6"),
+            family::ND_GB300_V6,
+            " (Grace + GB300)",
+        ),
+        // Vendor topology files carry class codes only; the NUMA layout still tells
+        // the two ND generations apart (A100 v4: 4 NUMA nodes, v5: 2).
+        None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 4 => v.found(
+            None,
+            family::NDA100V4,
+            " (GPU model unknown; 4 NUMA nodes as on ND A100 v4)",
+        ),
+        None if hw.gpu_count == 8 && ib == 8 && hw.numa_nodes == 2 => v.found(
+            None,
+            family::NDV5,
+            " (GPU model unknown; 2 NUMA nodes as on ND H100 v5 / H200 v5)",
+        ),
+        _ => v.none("no known Azure ND instance fits"),
+    }
+}
+
+/// GCP: A3 by its GPU gVNICs, A3 Ultra and A4 by their GPU model on ConnectX RoCE.
+fn gcp_instance(hw: &Hardware, v: &mut Verdict) -> Inferred {
+    let gpu = hw.gpu_device();
+    let gvnic = hw.count(NicKind::Gvnic);
+    let roce = hw.count(NicKind::Roce);
+    let h100 = matches!(gpu, Some(gpu_id::H100_SXM) | None);
+    match (gpu, gvnic, roce) {
+        (_, 4, 0) if h100 => v.found(
+            Some("a3-highgpu-8g"),
+            family::A3_HIGH,
+            " (4 GPU gVNICs: GPUDirect-TCPX)",
+        ),
+        (_, 8, 0) if h100 => v.found(
+            Some("a3-megagpu-8g"),
+            family::A3_MEGA,
+            " (8 GPU gVNICs: GPUDirect-TCPXO)",
+        ),
+        (Some(gpu_id::H200_SXM), _, 1..) => v.found(
+            Some("a3-ultragpu-8g"),
+            family::A3_ULTRA,
+            " (ConnectX RoCE: GPUDirect RDMA over gIB)",
+        ),
+        (Some(gpu_id::B200), _, 1..) => v.found(
+            Some("a4-highgpu-8g"),
+            family::A4,
+            " (ConnectX RoCE: GPUDirect RDMA over gIB)",
+        ),
+        (Some(gpu_id::GB200), _, 1..) => v.found(
+            Some("a4x-highgpu-4g"),
+            family::A4X,
+            " (Grace + GB200, ConnectX RoCE: GPUDirect RDMA over gIB)",
+        ),
+        _ => v.none("no known GCP A3/A4 instance fits"),
+    }
+}
+
+/// OCI: a bare-metal GPU shape, told by its GPU model and RDMA functions (or, without a
+/// model, its NUMA layout: [`oci_a100_by_numa`]).
+fn oci_instance(hw: &Hardware, v: &mut Verdict) -> Inferred {
+    let rdma_functions = hw.count(NicKind::Roce) + hw.count(NicKind::Infiniband);
+    if rdma_functions == 0 {
+        return v.none("no RDMA NIC, not an OCI GPU cluster shape");
+    }
+    match hw.gpu_device() {
+        Some(gpu_id::A100_40G) => v.found(Some("BM.GPU4.8"), family::OCI_GPU4, ""),
+        Some(gpu_id::A100_80G) => v.found(
+            Some("BM.GPU.A100-v2.8"),
+            family::OCI_A100_V2,
+            " (BM.GPU.B4.8 has the same GPUs and NICs)",
+        ),
+        Some(gpu_id::H100_SXM) => v.found(Some("BM.GPU.H100.8"), family::OCI_H100, ""),
+        Some(gpu_id::H200_SXM) => v.found(Some("BM.GPU.H200.8"), family::OCI_H200, ""),
+        Some(gpu_id::B200) => v.found(Some("BM.GPU.B200.8"), family::OCI_B200, ""),
+        // GB200-v3.4 has 8 ConnectX-8 functions; GB200.4 / v2.4 have 4 RDMA NICs
+        // (oci-hpc-oke by-shape doc @ 13dc0a1f), for which no profile is written.
+        Some(gpu_id::GB200) if rdma_functions >= 8 => v.found(
+            Some("BM.GPU.GB200-v3.4"),
+            family::OCI_GB200_V3,
+            " (Grace + GB200, 8 RDMA functions)",
+        ),
+        Some(gpu_id::GB200) => v.found(
+            Some("BM.GPU.GB200.4"),
+            family::OCI_GB200,
+            " (Grace + GB200, fewer than 8 RDMA functions)",
+        ),
+        Some(gpu_id::GB300 | gpu_id::GB300_B) => v.found(
+            Some("BM.GPU.GB300.4"),
+            family::OCI_GB300,
+            " (Grace + GB300)",
+        ),
+        None if hw.gpu_count == 8 && rdma_functions >= 8 && hw.numa_nodes >= 4 => {
+            oci_a100_by_numa(hw, v)
+        }
+        _ => v.none("GPU model unknown or not a known OCI bare-metal GPU shape"),
+    }
+}
+
+/// An OCI A100 shape without a GPU model. Hand-flattened vendor files (oci-hpc
+/// samples/gpu/topo-flattened*.xml) give bus ids and classes only. The AMD A100 shapes
+/// run NPS4 (GPUs on 4 of 8 NUMA nodes; the Intel H100/H200 shapes have 2), and the CPUs
+/// per NUMA node tell the EPYC generation: 2x 32-core Rome on BM.GPU4.8 gives 16 per
+/// node, 2x 64-core Milan on BM.GPU.A100-v2.8 / B4.8 gives 32.
+fn oci_a100_by_numa(hw: &Hardware, v: &mut Verdict) -> Inferred {
+    match hw.cpus_per_numa {
+        Some(16) => v.found(
+            Some("BM.GPU4.8"),
+            family::OCI_GPU4,
+            " (GPU model unknown; NPS4 NUMA nodes of 16 CPUs: 2x 32-core EPYC as on BM.GPU4.8)",
+        ),
+        Some(32) => v.found(
+            Some("BM.GPU.A100-v2.8"),
+            family::OCI_A100_V2,
+            " (GPU model unknown; NPS4 NUMA nodes of 32 CPUs: 2x 64-core EPYC as on BM.GPU.A100-v2.8 / BM.GPU.B4.8)",
+        ),
+        other => {
+            let cpus = other.map_or("unknown".to_string(), |n| n.to_string());
+            v.none(&format!(
+                "GPU model unknown; {} NUMA nodes of {cpus} CPUs match no OCI A100 shape",
+                hw.numa_nodes
+            ))
         }
     }
 }
@@ -560,12 +556,31 @@ pub fn detect_with(machine: &Machine, profiles: &Profiles) -> Detection {
         fabric_nic_ids: hw.fabric_ids.clone(),
         fabric_kinds: hw.fabric_kinds.clone(),
     };
-    let profile = match profiles.select(&facts) {
+    let profile = chosen_profile(profiles, &facts, vendor, &hw, &mut evidence);
+    Detection {
+        vendor,
+        instance,
+        family,
+        profile,
+        evidence,
+    }
+}
+
+/// The profile that matches the node's facts, with an evidence line saying why (and, for
+/// a generic one, why no specific one did); "" when none matches.
+fn chosen_profile(
+    profiles: &Profiles,
+    facts: &MatchFacts,
+    vendor: Vendor,
+    hw: &Hardware,
+    evidence: &mut Vec<String>,
+) -> String {
+    match profiles.select(facts) {
         Some(p) => {
             let generic = p.rules.vendor.is_none()
                 || (p.rules.family.is_empty() && p.rules.instance.is_empty());
             if generic {
-                let why = match (vendor, &family) {
+                let why = match (vendor, &facts.family) {
                     (Vendor::Unknown, _) => "the cloud is unknown".to_string(),
                     (_, None) => format!("no {} instance family was recognised", vendor.as_str()),
                     (_, Some(f)) => format!("no profile is written for the {f} family"),
@@ -588,12 +603,5 @@ pub fn detect_with(machine: &Machine, profiles: &Profiles) -> Detection {
             );
             String::new()
         }
-    };
-    Detection {
-        vendor,
-        instance,
-        family,
-        profile,
-        evidence,
     }
 }

@@ -31,6 +31,7 @@ use crate::numa::{CpuNode, SocketVia};
 use crate::pci::PciAddr;
 
 use locality::{Nearness, Place};
+use nics::NicChoice;
 
 pub use ranks::MAX_TASKS;
 
@@ -54,7 +55,18 @@ impl Mode {
             _ => None,
         }
     }
+
+    /// Whether a problem refuses the step (strict) rather than being a warning the step
+    /// runs with (prefer): the one place that is decided, for the solver's problems and
+    /// the plugin's own alike.
+    pub fn refuses(self) -> bool {
+        self == Mode::Strict
+    }
 }
+
+/// What a strict refusal tells the user to do when the node lacks what the step needs:
+/// the one wording, for the solver's problems and the plugin's own.
+pub const REFUSAL_ADVICE: &str = "use --gpu-affinity=prefer or drain this node";
 
 /// What the step asks for on this node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,23 +192,95 @@ pub fn solve(machine: &Machine, request: &StepRequest) -> Plan {
 /// [`solve`] with the node's fabric NICs decided by the caller: only these are given to
 /// ranks and listed in [`Plan::fabric_nics`]. A NIC listed twice (one entry per port of a
 /// dual-port function) counts once.
+///
+/// The phases, in order: place the fabric NICs, hand the GPUs to the ranks, locate every
+/// held GPU, then per GPU its NICs and its NUMA node, then per rank what is left (no
+/// GPU, NIC names, memory nodes, assumptions), then the CPUs; the problems found on the
+/// way become violations or warnings for the request's mode.
 pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Nic]) -> Plan {
     let index = PciIndex::new(machine);
     let mut problems = Problems::default();
 
     let fabric = one_per_function(fabric);
-    let nic_places: Vec<Place> = fabric
-        .iter()
-        .map(|n| socket_place(machine, locality::place_or_unknown(&index, n.pci), None))
-        .collect();
+    let nic_places = place_nics(machine, &index, &fabric);
+    let gpus = distinct_gpus(&request.gpus);
+    let split = split_between_ranks(&gpus, request, &mut problems);
+    let held = locate_held_gpus(machine, &index, &split.per_rank);
+    let located: Vec<Place> = held.iter().filter_map(|h| h.place.clone()).collect();
+    let mut choices = nics::choose(&located, &nic_places).into_iter();
 
+    let mut ranks = empty_plans(&split.per_rank);
+    let mut near = Nearby::new(ranks.len());
+    for h in held {
+        let rank = Some(h.rank as u32);
+        ranks[h.rank].reasons.extend(h.notes);
+        let Some(place) = &h.place else {
+            unplaced_gpu(rank, h.gpu, fabric.is_empty(), &mut problems);
+            continue;
+        };
+        let chosen = choices.next().unwrap_or_default();
+        give_nics(
+            &mut ranks[h.rank],
+            &mut near.nics[h.rank],
+            h.gpu,
+            &chosen,
+            &fabric,
+        );
+        if let Some(problem) = missing_local_nic(h.gpu, place, &chosen, &fabric, &nic_places) {
+            problems.push(rank, ViolationKind::NoLocalNic, problem, Fix::Node);
+        }
+        let Some(numa) = gpu_numa_node(machine, rank, h.gpu, place, &mut problems) else {
+            continue;
+        };
+        near.mems[h.rank].insert(numa);
+        if has_allocated_cpus(machine, request, rank, h.gpu, numa, &mut problems) {
+            let on_node = near.numa_ranks.entry(numa).or_default();
+            if !on_node.contains(&h.rank) {
+                on_node.push(h.rank);
+            }
+        }
+    }
+    finish_rank_plans(
+        machine,
+        request,
+        gpus.len(),
+        &fabric,
+        &near,
+        &mut ranks,
+        &mut problems,
+    );
+
+    assign_cpus(machine, &request.cpus, &near.numa_ranks, &mut ranks);
+    note_shared_cpus(&mut ranks);
+    into_plan(request.mode, ranks, problems, &fabric)
+}
+
+/// Each fabric NIC's place in the PCI tree (unknown where the tree lacks it), by the
+/// Grace rules.
+fn place_nics<'m>(machine: &'m Machine, index: &PciIndex<'m>, fabric: &[&Nic]) -> Vec<Place<'m>> {
+    fabric
+        .iter()
+        .map(|n| socket_place(machine, locality::place_or_unknown(index, n.pci), None))
+        .collect()
+}
+
+/// The request's GPUs, each once, in request order.
+fn distinct_gpus(requested: &[PciAddr]) -> Vec<PciAddr> {
     let mut seen = HashSet::new();
-    let gpus: Vec<PciAddr> = request
-        .gpus
+    requested
         .iter()
         .copied()
         .filter(|g| seen.insert(*g))
-        .collect();
+        .collect()
+}
+
+/// Hand the GPUs to the ranks; a task count past [`MAX_TASKS`] and an uneven split are
+/// step-wide problems.
+fn split_between_ranks(
+    gpus: &[PciAddr],
+    request: &StepRequest,
+    problems: &mut Problems,
+) -> ranks::GpuSplit {
     if request.tasks > MAX_TASKS {
         problems.push(
             None,
@@ -208,38 +292,57 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
             Fix::ChangeOnly(format!("request at most {MAX_TASKS} tasks per node")),
         );
     }
-    let split = ranks::split_gpus(&gpus, request.tasks, request.gpus_per_task);
-    if let Some(uneven) = split.uneven {
+    let split = ranks::split_gpus(gpus, request.tasks, request.gpus_per_task);
+    if let Some(uneven) = &split.uneven {
         problems.push(
             None,
             ViolationKind::GpusNotDivisible,
-            uneven.problem,
-            Fix::ChangeOnly(uneven.action),
+            uneven.problem.clone(),
+            Fix::ChangeOnly(uneven.action.clone()),
         );
     }
+    split
+}
 
-    // Every GPU some rank holds, located once, on its socket's CPU node (Grace rules:
-    // crate::numa), with a note per rule that applied.
-    let mut notes: Vec<Vec<String>> = Vec::new();
-    let held: Vec<(usize, PciAddr, Option<Place>)> = split
-        .per_rank
+/// A GPU some rank holds, located.
+struct Held<'m> {
+    rank: usize,
+    gpu: PciAddr,
+    /// `None`: not in the machine's PCI tree.
+    place: Option<Place<'m>>,
+    /// One reason per Grace rule that applied to it.
+    notes: Vec<String>,
+}
+
+/// Every GPU some rank holds, located once, on its socket's CPU node (Grace rules:
+/// crate::numa), with a note per rule that applied.
+fn locate_held_gpus<'m>(
+    machine: &'m Machine,
+    index: &PciIndex<'m>,
+    per_rank: &[Vec<PciAddr>],
+) -> Vec<Held<'m>> {
+    per_rank
         .iter()
         .enumerate()
-        .flat_map(|(r, gs)| gs.iter().map(move |g| (r, *g)))
-        .map(|(r, g)| {
-            let mut note = Vec::new();
+        .flat_map(|(rank, gs)| gs.iter().map(move |gpu| (rank, *gpu)))
+        .map(|(rank, gpu)| {
+            let mut notes = Vec::new();
             let place = index
-                .place(g)
-                .map(|p| socket_place(machine, p, Some(&mut note)));
-            notes.push(note);
-            (r, g, place)
+                .place(gpu)
+                .map(|p| socket_place(machine, p, Some(&mut notes)));
+            Held {
+                rank,
+                gpu,
+                place,
+                notes,
+            }
         })
-        .collect();
-    let located: Vec<Place> = held.iter().filter_map(|(_, _, p)| p.clone()).collect();
-    let mut choices = nics::choose(&located, &nic_places).into_iter();
+        .collect()
+}
 
-    let mut ranks: Vec<RankPlan> = split
-        .per_rank
+/// One plan per rank with its GPUs and nothing else yet.
+fn empty_plans(per_rank: &[Vec<PciAddr>]) -> Vec<RankPlan> {
+    per_rank
         .iter()
         .enumerate()
         .map(|(r, gs)| RankPlan {
@@ -250,158 +353,207 @@ pub fn solve_with_fabric(machine: &Machine, request: &StepRequest, fabric: &[&Ni
             mems: Vec::new(),
             reasons: Vec::new(),
         })
-        .collect();
-    let mut rank_nics: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); ranks.len()];
-    let mut rank_mems: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); ranks.len()];
-    // NUMA node -> ranks with a GPU there whose allocation has CPUs on it.
-    let mut numa_ranks: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        .collect()
+}
 
-    for ((r, gpu, place), note) in held.iter().zip(notes) {
-        let rank = Some(*r as u32);
-        ranks[*r].reasons.extend(note);
-        let Some(place) = place else {
-            problems.push(
-                rank,
-                ViolationKind::TopologyUnknown,
-                format!("GPU {gpu} is not in this node's PCI tree"),
-                Fix::Change("check the step's GPU list".into()),
-            );
-            if fabric.is_empty() {
-                problems.push(
-                    rank,
-                    ViolationKind::NoLocalNic,
-                    no_fabric_problem(*gpu),
-                    Fix::Node,
-                );
-            }
-            continue;
-        };
+/// What the per-GPU phases collect for the per-rank ones.
+struct Nearby {
+    /// Per rank: its NICs, as indices into the fabric list.
+    nics: Vec<BTreeSet<usize>>,
+    /// Per rank: the NUMA nodes of its GPUs.
+    mems: Vec<BTreeSet<u32>>,
+    /// NUMA node -> ranks with a GPU there whose allocation has CPUs on it.
+    numa_ranks: BTreeMap<u32, Vec<usize>>,
+}
 
-        // NICs.
-        let chosen = choices.next().unwrap_or_default();
-        for c in &chosen {
-            rank_nics[*r].insert(c.nic);
-            ranks[*r]
-                .reasons
-                .push(c.nearness.reason(*gpu, fabric[c.nic].pci));
-        }
-        if fabric.is_empty() {
-            ranks[*r]
-                .reasons
-                .push(format!("GPU {gpu}: this node has no fabric NIC"));
-            problems.push(
-                rank,
-                ViolationKind::NoLocalNic,
-                no_fabric_problem(*gpu),
-                Fix::Node,
-            );
-        } else if let Some(numa) = place.numa
-            && !nic_places.iter().any(|n| is_local(place, n))
-        {
-            let nearest = chosen.first().map(|c| (fabric[c.nic].pci, &c.nearness));
-            problems.push(
-                rank,
-                ViolationKind::NoLocalNic,
-                remote_nic_problem(*gpu, numa, nearest),
-                Fix::Node,
-            );
-        }
-
-        // NUMA node and CPUs.
-        let Some(numa) = place.numa else {
-            let known = match machine.numa_nodes.len() {
-                0 => "this machine lists no NUMA nodes".to_string(),
-                n => format!("this machine has {n} NUMA nodes"),
-            };
-            problems.push(
-                rank,
-                ViolationKind::TopologyUnknown,
-                format!("GPU {gpu} has no known NUMA node and {known}"),
-                Fix::Change("fix the topology source".into()),
-            );
-            continue;
-        };
-        rank_mems[*r].insert(numa);
-        let node_cpus = machine
-            .numa_node(numa)
-            .map(|n| &n.cpus)
-            .filter(|c| !c.is_empty());
-        let Some(node_cpus) = node_cpus else {
-            let what = if machine.is_cpu_less(numa) {
-                "has no CPUs, and neither the NUMA distance table nor a PCIe bridge names the CPU node of its socket"
-            } else {
-                "has no CPU list"
-            };
-            problems.push(
-                rank,
-                ViolationKind::TopologyUnknown,
-                format!("GPU {gpu} is on NUMA node {numa}, which {what}"),
-                Fix::Change("fix the topology source".into()),
-            );
-            continue;
-        };
-        if node_cpus.is_disjoint(&request.cpus) {
-            problems.push(
-                rank,
-                ViolationKind::NoLocalCpu,
-                format!(
-                    "GPU {gpu} is on NUMA node {numa} (CPUs {node_cpus}) but the step has no CPU there (allocated: \"{}\")",
-                    request.cpus
-                ),
-                Fix::Change(format!("request CPUs on NUMA node {numa}")),
-            );
-            continue;
-        }
-        let on_node = numa_ranks.entry(numa).or_default();
-        if !on_node.contains(r) {
-            on_node.push(*r);
+impl Nearby {
+    fn new(ranks: usize) -> Self {
+        Nearby {
+            nics: vec![BTreeSet::new(); ranks],
+            mems: vec![BTreeSet::new(); ranks],
+            numa_ranks: BTreeMap::new(),
         }
     }
+}
 
+/// A GPU outside the PCI tree: its topology is unknown, and without any fabric NIC it
+/// has no local one either.
+fn unplaced_gpu(rank: Option<u32>, gpu: PciAddr, no_fabric: bool, problems: &mut Problems) {
+    problems.push(
+        rank,
+        ViolationKind::TopologyUnknown,
+        format!("GPU {gpu} is not in this node's PCI tree"),
+        Fix::Change("check the step's GPU list".into()),
+    );
+    if no_fabric {
+        problems.push(
+            rank,
+            ViolationKind::NoLocalNic,
+            no_fabric_problem(gpu),
+            Fix::Node,
+        );
+    }
+}
+
+/// Give the rank the NICs chosen for one of its GPUs, with a reason each (and one when
+/// the node has no fabric NIC at all).
+fn give_nics(
+    plan: &mut RankPlan,
+    rank_nics: &mut BTreeSet<usize>,
+    gpu: PciAddr,
+    chosen: &[NicChoice],
+    fabric: &[&Nic],
+) {
+    for c in chosen {
+        rank_nics.insert(c.nic);
+        plan.reasons.push(c.nearness.reason(gpu, fabric[c.nic].pci));
+    }
+    if fabric.is_empty() {
+        plan.reasons
+            .push(format!("GPU {gpu}: this node has no fabric NIC"));
+    }
+}
+
+/// Why a located GPU has no fabric NIC on its own NUMA node, if it has none: the node
+/// has no fabric NIC, or every one sits elsewhere (`chosen` names the nearest).
+fn missing_local_nic(
+    gpu: PciAddr,
+    place: &Place,
+    chosen: &[NicChoice],
+    fabric: &[&Nic],
+    nic_places: &[Place],
+) -> Option<String> {
+    if fabric.is_empty() {
+        return Some(no_fabric_problem(gpu));
+    }
+    let numa = place.numa?;
+    if nic_places.iter().any(|n| is_local(place, n)) {
+        return None;
+    }
+    let nearest = chosen.first().map(|c| (fabric[c.nic].pci, &c.nearness));
+    Some(remote_nic_problem(gpu, numa, nearest))
+}
+
+/// The GPU's NUMA node, or `None` with a `topology_unknown` problem when no source
+/// names it.
+fn gpu_numa_node(
+    machine: &Machine,
+    rank: Option<u32>,
+    gpu: PciAddr,
+    place: &Place,
+    problems: &mut Problems,
+) -> Option<u32> {
+    if place.numa.is_none() {
+        let known = match machine.numa_nodes.len() {
+            0 => "this machine lists no NUMA nodes".to_string(),
+            n => format!("this machine has {n} NUMA nodes"),
+        };
+        problems.push(
+            rank,
+            ViolationKind::TopologyUnknown,
+            format!("GPU {gpu} has no known NUMA node and {known}"),
+            Fix::Change("fix the topology source".into()),
+        );
+    }
+    place.numa
+}
+
+/// Whether the step has CPUs on the GPU's NUMA node, so the rank takes its CPUs there;
+/// a node without a CPU list or without allocated CPUs is a problem.
+fn has_allocated_cpus(
+    machine: &Machine,
+    request: &StepRequest,
+    rank: Option<u32>,
+    gpu: PciAddr,
+    numa: u32,
+    problems: &mut Problems,
+) -> bool {
+    let node_cpus = machine
+        .numa_node(numa)
+        .map(|n| &n.cpus)
+        .filter(|c| !c.is_empty());
+    let Some(node_cpus) = node_cpus else {
+        let what = if machine.is_cpu_less(numa) {
+            "has no CPUs, and neither the NUMA distance table nor a PCIe bridge names the CPU node of its socket"
+        } else {
+            "has no CPU list"
+        };
+        problems.push(
+            rank,
+            ViolationKind::TopologyUnknown,
+            format!("GPU {gpu} is on NUMA node {numa}, which {what}"),
+            Fix::Change("fix the topology source".into()),
+        );
+        return false;
+    };
+    if node_cpus.is_disjoint(&request.cpus) {
+        problems.push(
+            rank,
+            ViolationKind::NoLocalCpu,
+            format!(
+                "GPU {gpu} is on NUMA node {numa} (CPUs {node_cpus}) but the step has no CPU there (allocated: \"{}\")",
+                request.cpus
+            ),
+            Fix::Change(format!("request CPUs on NUMA node {numa}")),
+        );
+        return false;
+    }
+    true
+}
+
+/// Per rank, what the per-GPU phases leave: a rank without a GPU is a problem; its NICs
+/// get their names, its memory nodes their order, and the machine's assumptions about
+/// its devices are repeated.
+fn finish_rank_plans(
+    machine: &Machine,
+    request: &StepRequest,
+    gpu_count: usize,
+    fabric: &[&Nic],
+    near: &Nearby,
+    ranks: &mut [RankPlan],
+    problems: &mut Problems,
+) {
     for (r, plan) in ranks.iter_mut().enumerate() {
         if plan.gpus.is_empty() {
             problems.push(
                 Some(plan.rank),
                 ViolationKind::NoGpu,
                 format!(
-                    "no GPU is left for this rank ({} GPUs for {} tasks)",
-                    gpus.len(),
+                    "no GPU is left for this rank ({gpu_count} GPUs for {} tasks)",
                     request.tasks.min(MAX_TASKS)
                 ),
                 Fix::ChangeOnly("request at least one GPU per task or fewer tasks".into()),
             );
         }
-        plan.nics = rank_nics[r]
-            .iter()
-            .map(|&n| NicRef {
-                pci: fabric[n].pci,
-                name: fabric[n].name().map(str::to_string),
-            })
-            .collect();
-        plan.mems = rank_mems[r].iter().copied().collect();
+        plan.nics = near.nics[r].iter().map(|&n| nic_ref(fabric[n])).collect();
+        plan.mems = near.mems[r].iter().copied().collect();
         note_assumptions(machine, plan);
     }
+}
 
-    assign_cpus(machine, &request.cpus, &numa_ranks, &mut ranks);
-    note_shared_cpus(&mut ranks);
+/// A NIC as a plan names it.
+fn nic_ref(nic: &Nic) -> NicRef {
+    NicRef {
+        pci: nic.pci,
+        name: nic.name().map(str::to_string),
+    }
+}
 
-    let problems = problems.into_violations(request.mode);
-    let (violations, warnings) = match request.mode {
-        Mode::Strict => (problems, Vec::new()),
-        Mode::Prefer => (Vec::new(), problems),
+/// The plan: the problems become violations under strict and warnings under prefer
+/// ([`Mode::refuses`]).
+fn into_plan(mode: Mode, ranks: Vec<RankPlan>, problems: Problems, fabric: &[&Nic]) -> Plan {
+    let problems = problems.into_violations(mode);
+    let (violations, warnings) = if mode.refuses() {
+        (problems, Vec::new())
+    } else {
+        (Vec::new(), problems)
     };
     Plan {
-        mode: request.mode,
+        mode,
         ranks,
         violations,
         warnings,
-        fabric_nics: fabric
-            .iter()
-            .map(|n| NicRef {
-                pci: n.pci,
-                name: n.name().map(str::to_string),
-            })
-            .collect(),
+        fabric_nics: fabric.iter().map(|n| nic_ref(n)).collect(),
     }
 }
 
@@ -645,7 +797,7 @@ impl Fix {
         match (self, mode) {
             (Fix::Change(a), Mode::Strict) => format!("{a} or use --gpu-affinity=prefer"),
             (Fix::ChangeOnly(a), Mode::Strict) => a.clone(),
-            (Fix::Node, Mode::Strict) => "use --gpu-affinity=prefer or drain this node".into(),
+            (Fix::Node, Mode::Strict) => REFUSAL_ADVICE.into(),
             (Fix::Change(a) | Fix::ChangeOnly(a), Mode::Prefer) => format!("{a} {CONTINUING}"),
             (Fix::Node, Mode::Prefer) => format!("drain this node {CONTINUING}"),
         }

@@ -37,7 +37,7 @@ use std::collections::HashSet;
 use roxmltree::{Document, Node};
 
 use super::nccl_xml::{UNKNOWN_ID, link_layer_of_class};
-use super::{TopologyError, finish, line_of, parse_xml};
+use super::{MachineXmlError, finish, line_of, parse_xml};
 use crate::cpuset::{CpuSet, CpuSetError, MAX_CPU_ID};
 use crate::model::{
     Gpu, Machine, Nic, NumaNode, PciDevice, PciLink, RdmaPort, class, classify_nic, vendor,
@@ -45,7 +45,7 @@ use crate::model::{
 use crate::pci::PciAddr;
 
 /// Parse an hwloc v2 XML export.
-pub fn parse(text: &str) -> Result<Machine, TopologyError> {
+pub fn parse(text: &str) -> Result<Machine, MachineXmlError> {
     let doc = parse_xml(text)?;
     from_document(&doc)
 }
@@ -98,10 +98,10 @@ pub fn parse_bitmap(text: &str) -> Result<Bitmap, CpuSetError> {
 }
 
 /// Build the machine from an already parsed document whose root should be `<topology>`.
-pub(crate) fn from_document(doc: &Document<'_>) -> Result<Machine, TopologyError> {
+pub(crate) fn from_document(doc: &Document<'_>) -> Result<Machine, MachineXmlError> {
     let root = doc.root_element();
     if root.tag_name().name() != "topology" {
-        return Err(TopologyError::WrongRoot {
+        return Err(MachineXmlError::WrongRoot {
             line: line_of(root),
             found: root.tag_name().name().to_string(),
             expected: "an hwloc topology (<topology>)",
@@ -113,7 +113,7 @@ pub(crate) fn from_document(doc: &Document<'_>) -> Result<Machine, TopologyError
     finish(builder.machine)
 }
 
-fn check_version(root: Node<'_, '_>) -> Result<(), TopologyError> {
+fn check_version(root: Node<'_, '_>) -> Result<(), MachineXmlError> {
     let version = root.attribute("version");
     let what = match version.map(str::trim) {
         Some(v) if v.starts_with("2.") || v == "2" => return Ok(()),
@@ -121,7 +121,7 @@ fn check_version(root: Node<'_, '_>) -> Result<(), TopologyError> {
         None => "hwloc 1.x XML (no version attribute)",
         Some(_) => "hwloc XML of an unknown version",
     };
-    Err(TopologyError::UnsupportedHwlocVersion {
+    Err(MachineXmlError::UnsupportedHwlocVersion {
         what,
         version: version.unwrap_or("").to_string(),
     })
@@ -175,7 +175,7 @@ fn is_io(node: Node<'_, '_>) -> bool {
 
 impl Builder {
     /// Visit the objects in document order with an explicit stack (no recursion).
-    fn walk(&mut self, root: Node<'_, '_>) -> Result<(), TopologyError> {
+    fn walk(&mut self, root: Node<'_, '_>) -> Result<(), MachineXmlError> {
         let mut stack: Vec<(Node<'_, '_>, Context)> = objects(root)
             .rev()
             .map(|n| (n, Context::default()))
@@ -225,7 +225,7 @@ impl Builder {
 
     /// The single NUMA node of a non-I/O object, from its `nodeset` (or the NUMA nodes
     /// below it when it has none); `None` when it spans several or none.
-    fn numa_of_non_io(&mut self, node: Node<'_, '_>) -> Result<Option<u32>, TopologyError> {
+    fn numa_of_non_io(&mut self, node: Node<'_, '_>) -> Result<Option<u32>, MachineXmlError> {
         if let Some(text) = node.attribute("nodeset") {
             let bitmap = parse_bitmap(text).map_err(|e| bad(node, "nodeset", text, e))?;
             return Ok(match (bitmap.infinite, bitmap.set.len()) {
@@ -251,11 +251,11 @@ impl Builder {
         &mut self,
         node: Node<'a, 'i>,
         kind: &str,
-    ) -> Result<Vec<Node<'a, 'i>>, TopologyError> {
+    ) -> Result<Vec<Node<'a, 'i>>, MachineXmlError> {
         let mut found = Vec::new();
         for d in node.descendants() {
             if self.scan_budget == 0 {
-                return Err(TopologyError::BadAttribute {
+                return Err(MachineXmlError::BadAttribute {
                     line: line_of(node),
                     element: format!("object type=\"{}\"", object_type(node)),
                     attr: "cpuset/nodeset".into(),
@@ -289,7 +289,7 @@ impl Builder {
         }
     }
 
-    fn numa_node(&mut self, node: Node<'_, '_>) -> Result<(), TopologyError> {
+    fn numa_node(&mut self, node: Node<'_, '_>) -> Result<(), MachineXmlError> {
         let line = line_of(node);
         let id = u32_attr(node, "os_index")?;
         let cpus = match node.attribute("cpuset") {
@@ -313,7 +313,7 @@ impl Builder {
             },
         };
         if !self.numa_ids.insert(id) {
-            return Err(TopologyError::DuplicateNuma { line, id });
+            return Err(MachineXmlError::DuplicateNuma { line, id });
         }
         self.machine.numa_nodes.push(NumaNode { id, cpus });
         Ok(())
@@ -325,15 +325,15 @@ impl Builder {
         node: Node<'_, '_>,
         ctx: &Context,
         bridge: bool,
-    ) -> Result<PciAddr, TopologyError> {
+    ) -> Result<PciAddr, MachineXmlError> {
         let line = line_of(node);
-        let busid = node
-            .attribute("pci_busid")
-            .ok_or_else(|| TopologyError::MissingAttribute {
-                line,
-                element: format!("object type=\"{}\"", object_type(node)),
-                attr: "pci_busid",
-            })?;
+        let busid =
+            node.attribute("pci_busid")
+                .ok_or_else(|| MachineXmlError::MissingAttribute {
+                    line,
+                    element: format!("object type=\"{}\"", object_type(node)),
+                    attr: "pci_busid",
+                })?;
         let addr: PciAddr = busid
             .parse()
             .map_err(|e| bad(node, "pci_busid", busid, e))?;
@@ -344,7 +344,7 @@ impl Builder {
             None => (super::nccl_xml::UNKNOWN_CLASS, UNKNOWN_ID, UNKNOWN_ID),
         };
         if !self.seen_pci.insert(addr) {
-            return Err(TopologyError::DuplicatePci { line, addr });
+            return Err(MachineXmlError::DuplicatePci { line, addr });
         }
         self.machine.pci.push(PciDevice {
             addr,
@@ -360,7 +360,7 @@ impl Builder {
     }
 
     /// A `PCIDev`: kept when it is an NVIDIA GPU or a NIC, with its OS devices' names.
-    fn pci_dev(&mut self, node: Node<'_, '_>, ctx: &Context) -> Result<(), TopologyError> {
+    fn pci_dev(&mut self, node: Node<'_, '_>, ctx: &Context) -> Result<(), MachineXmlError> {
         let (class_code, vendor_id, device_id) = match node.attribute("pci_type") {
             Some(text) => parse_pci_type(text)
                 .ok_or_else(|| bad(node, "pci_type", text, "expected \"CCCC [VVVV:DDDD] ...\""))?,
@@ -484,7 +484,7 @@ fn is_host_bridge(node: Node<'_, '_>) -> bool {
 }
 
 /// "pci0000:80" from `bridge_pci="0000:[80-84]"`; `None` when the attribute is absent.
-fn host_bridge_name(node: Node<'_, '_>) -> Result<Option<String>, TopologyError> {
+fn host_bridge_name(node: Node<'_, '_>) -> Result<Option<String>, MachineXmlError> {
     let Some(text) = node.attribute("bridge_pci") else {
         return Ok(None);
     };
@@ -524,10 +524,10 @@ fn hex_field(text: &str, max_digits: usize) -> Option<u32> {
     u32::from_str_radix(text, 16).ok()
 }
 
-fn u32_attr(node: Node<'_, '_>, attr: &'static str) -> Result<u32, TopologyError> {
+fn u32_attr(node: Node<'_, '_>, attr: &'static str) -> Result<u32, MachineXmlError> {
     let text = node
         .attribute(attr)
-        .ok_or_else(|| TopologyError::MissingAttribute {
+        .ok_or_else(|| MachineXmlError::MissingAttribute {
             line: line_of(node),
             element: format!("object type=\"{}\"", object_type(node)),
             attr,
@@ -537,8 +537,8 @@ fn u32_attr(node: Node<'_, '_>, attr: &'static str) -> Result<u32, TopologyError
         .map_err(|_| bad(node, attr, text, "not a non-negative integer"))
 }
 
-fn bad(node: Node<'_, '_>, attr: &str, value: &str, reason: impl ToString) -> TopologyError {
-    TopologyError::BadAttribute {
+fn bad(node: Node<'_, '_>, attr: &str, value: &str, reason: impl ToString) -> MachineXmlError {
+    MachineXmlError::BadAttribute {
         line: line_of(node),
         element: format!("object type=\"{}\"", object_type(node)),
         attr: attr.to_string(),

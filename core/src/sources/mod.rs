@@ -1,8 +1,18 @@
-//! Topology sources: each is a pure parser over bytes plus (where it reads files) a thin reader.
+//! Machine description sources: what builds a [`Machine`] (the node's GPUs, NICs, NUMA
+//! nodes and PCI tree). Each is a pure parser over bytes plus (where it reads files) a thin
+//! reader: the node's sysfs ([`sysfs`]), and the machine XML files ([`hwloc_xml`],
+//! [`nccl_xml`]).
 //!
-//! The XML sources (NCCL topology files and hwloc v2 exports) share one error type,
-//! [`TopologyError`], and one entry point, [`parse_topology`], which tells the two formats
-//! apart by their root element so `gpu-affinity explain --topology FILE` needs no flag.
+//! Names, since "topology" means four things in this project: *machine XML* is an hwloc
+//! v2 export or an NCCL topology file read as a machine description (here); *Slurm's
+//! topology* is topology.conf / topology.yaml (`crate::slurm::topology`); the *NCCL
+//! topology file* the plugin hands NCCL (`NCCL_TOPO_FILE`) is decided and written in
+//! `crate::fabric::topo`; the plugin's *sysfs machine* is [`sysfs`] read under
+//! `sysfs_root`.
+//!
+//! The machine XML sources share one error type, [`MachineXmlError`], and one entry
+//! point, [`parse_machine_xml`], which tells the two formats apart by their root element
+//! so `gpu-affinity explain --topology FILE` needs no flag.
 
 pub mod fixture;
 pub mod hwloc_xml;
@@ -14,9 +24,9 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{Machine, ModelError};
 
-/// Largest topology file [`read_topology_file`] accepts. Real hwloc exports of 8-GPU nodes are
+/// Largest machine XML file [`read_machine_xml`] accepts. Real hwloc exports of 8-GPU nodes are
 /// well under 1 MiB; the bound keeps a wrong path (a disk image, /dev/zero) from eating memory.
-pub const MAX_TOPOLOGY_FILE_BYTES: u64 = 32 * 1024 * 1024;
+pub const MAX_MACHINE_XML_BYTES: u64 = 32 * 1024 * 1024;
 
 /// Most XML nodes the parsers accept; a hostile file cannot make roxmltree allocate without end.
 const MAX_XML_NODES: u32 = 4_000_000;
@@ -26,10 +36,10 @@ const MAX_XML_NODES: u32 = 4_000_000;
 /// 10 (NCCL).
 pub const MAX_XML_DEPTH: usize = 256;
 
-/// Why a topology file could not be turned into a [`Machine`]. Each variant displays as one
+/// Why a machine XML file could not be turned into a [`Machine`]. Each variant displays as one
 /// line naming what was wrong and, where the XML parser knows it, the line number.
 #[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
+pub enum MachineXmlError {
     /// Not well-formed XML. `line` is `None` when the XML parser gives no position
     /// (e.g. the file ends early).
     #[error("malformed XML{}: {message}", line_suffix(*.line))]
@@ -104,7 +114,7 @@ pub enum TopologyError {
         source: std::io::Error,
     },
 
-    /// The file is larger than [`MAX_TOPOLOGY_FILE_BYTES`].
+    /// The file is larger than [`MAX_MACHINE_XML_BYTES`].
     #[error("topology file {} is larger than {limit} bytes; is it really a topology?", path.display())]
     TooLarge { path: PathBuf, limit: u64 },
 
@@ -122,7 +132,7 @@ pub enum TopologyError {
     #[error("{}: {source}", path.display())]
     InFile {
         path: PathBuf,
-        source: Box<TopologyError>,
+        source: Box<MachineXmlError>,
     },
 }
 
@@ -133,7 +143,7 @@ fn line_suffix(line: Option<u32>) -> String {
 /// Parse `text` as XML with the limits every topology parser uses: DTDs allowed (hwloc
 /// exports carry `<!DOCTYPE topology SYSTEM "hwloc2.dtd">`, which roxmltree never fetches;
 /// its entity-expansion limits still apply) and a node budget.
-pub(crate) fn parse_xml(text: &str) -> Result<roxmltree::Document<'_>, TopologyError> {
+pub(crate) fn parse_xml(text: &str) -> Result<roxmltree::Document<'_>, MachineXmlError> {
     check_structure(text)?;
     let options = roxmltree::ParsingOptions {
         allow_dtd: true,
@@ -158,7 +168,7 @@ pub(crate) fn parse_xml(text: &str) -> Result<roxmltree::Document<'_>, TopologyE
             }
             _ => e.to_string(),
         };
-        TopologyError::Xml {
+        MachineXmlError::Xml {
             line: (!positionless).then(|| e.pos().row),
             message,
         }
@@ -170,7 +180,7 @@ pub(crate) fn parse_xml(text: &str) -> Result<roxmltree::Document<'_>, TopologyE
 /// hwloc writes an internal subset, and without one no entity can expand into markup, so
 /// the depth counted here bounds roxmltree's recursion. The count errs high (it counts
 /// anything that looks like an open tag), never low.
-fn check_structure(text: &str) -> Result<(), TopologyError> {
+fn check_structure(text: &str) -> Result<(), MachineXmlError> {
     let bytes = text.as_bytes();
     let line_at = |pos: usize| 1 + bytes[..pos].iter().filter(|b| **b == b'\n').count() as u32;
     let skip_past = |from: usize, end: &[u8]| {
@@ -196,7 +206,7 @@ fn check_structure(text: &str) -> Result<(), TopologyError> {
         } else if rest.starts_with(b"<!") {
             let end = skip_past(i + 2, b">");
             if bytes[i..end].contains(&b'[') {
-                return Err(TopologyError::Xml {
+                return Err(MachineXmlError::Xml {
                     line: Some(line_at(i)),
                     message: "DTD internal subsets (<!DOCTYPE ... [ ... ]>) are not supported"
                         .into(),
@@ -222,7 +232,7 @@ fn check_structure(text: &str) -> Result<(), TopologyError> {
             if j >= bytes.len() || bytes[j - 1] != b'/' {
                 depth += 1;
                 if depth > MAX_XML_DEPTH {
-                    return Err(TopologyError::Xml {
+                    return Err(MachineXmlError::Xml {
                         line: Some(line_at(i)),
                         message: format!("elements nested deeper than {MAX_XML_DEPTH} levels"),
                     });
@@ -239,21 +249,21 @@ pub(crate) fn line_of(node: roxmltree::Node<'_, '_>) -> u32 {
     node.document().text_pos_at(node.range().start).row
 }
 
-/// Parse a topology file of either XML format, detected by its root element: `<system>` is
+/// Parse a machine XML file of either format, detected by its root element: `<system>` is
 /// an NCCL topology (`NCCL_TOPO_FILE`), `<topology>` an hwloc v2 export. An NCCL graph file
 /// (`<graphs>`) and anything else are refused with an error naming what was found.
 ///
 /// The machine returned is normalized and passes [`Machine::validate`].
-pub fn parse_topology(text: &str) -> Result<Machine, TopologyError> {
+pub fn parse_machine_xml(text: &str) -> Result<Machine, MachineXmlError> {
     let doc = parse_xml(text)?;
     let root = doc.root_element();
     match root.tag_name().name() {
         "system" => nccl_xml::from_document(&doc),
         "topology" => hwloc_xml::from_document(&doc),
-        "graphs" => Err(TopologyError::NcclGraph {
+        "graphs" => Err(MachineXmlError::NcclGraph {
             line: line_of(root),
         }),
-        other => Err(TopologyError::UnknownRoot {
+        other => Err(MachineXmlError::UnknownRoot {
             line: line_of(root),
             found: other.to_string(),
         }),
@@ -266,66 +276,66 @@ pub fn parse_topology(text: &str) -> Result<Machine, TopologyError> {
 /// The plugin and `gpu-affinity explain` both read it this way. The file is a root-side
 /// input (Invariant 2): the opened file must belong to `owner` (root; tests pass their
 /// own uid) and not be writable by group or others.
-pub fn read_topology_under(
+pub fn read_vendor_nccl_topo(
     root: &Path,
     path: &str,
     owner: u32,
-) -> Result<Option<Machine>, TopologyError> {
+) -> Result<Option<Machine>, MachineXmlError> {
     let full = root.join(path.trim_start_matches('/'));
     if !full.exists() {
         return Ok(None);
     }
-    let file = open_topology(&full)?;
-    let meta = file.metadata().map_err(|source| TopologyError::Io {
+    let file = open_machine_xml(&full)?;
+    let meta = file.metadata().map_err(|source| MachineXmlError::Io {
         path: full.clone(),
         source,
     })?;
     crate::trust::check_trusted(&meta, "vendor NCCL topology file", &full, owner)?;
-    read_opened_topology(file, &full).map(Some)
+    read_opened_machine_xml(file, &full).map(Some)
 }
 
-/// Read and parse a topology file (NCCL or hwloc XML, detected). The read is bounded by
-/// [`MAX_TOPOLOGY_FILE_BYTES`]; every error names the file.
-pub fn read_topology_file(path: &Path) -> Result<Machine, TopologyError> {
-    read_opened_topology(open_topology(path)?, path)
+/// Read and parse a machine XML file (NCCL or hwloc XML, detected). The read is bounded by
+/// [`MAX_MACHINE_XML_BYTES`]; every error names the file.
+pub fn read_machine_xml(path: &Path) -> Result<Machine, MachineXmlError> {
+    read_opened_machine_xml(open_machine_xml(path)?, path)
 }
 
 /// Non-blocking and regular files only: a FIFO at a profile's path must not hang the
 /// step's launch.
-fn open_topology(path: &Path) -> Result<std::fs::File, TopologyError> {
-    crate::trust::open_regular(path).map_err(|source| TopologyError::Io {
+fn open_machine_xml(path: &Path) -> Result<std::fs::File, MachineXmlError> {
+    crate::trust::open_regular(path).map_err(|source| MachineXmlError::Io {
         path: path.to_path_buf(),
         source,
     })
 }
 
-/// The rest of [`read_topology_file`], on a file already opened (and checked) from `path`.
-fn read_opened_topology(file: std::fs::File, path: &Path) -> Result<Machine, TopologyError> {
-    let io_err = |source| TopologyError::Io {
+/// The rest of [`read_machine_xml`], on a file already opened (and checked) from `path`.
+fn read_opened_machine_xml(file: std::fs::File, path: &Path) -> Result<Machine, MachineXmlError> {
+    let io_err = |source| MachineXmlError::Io {
         path: path.to_path_buf(),
         source,
     };
     let mut bytes = Vec::new();
-    file.take(MAX_TOPOLOGY_FILE_BYTES + 1)
+    file.take(MAX_MACHINE_XML_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(io_err)?;
-    if bytes.len() as u64 > MAX_TOPOLOGY_FILE_BYTES {
-        return Err(TopologyError::TooLarge {
+    if bytes.len() as u64 > MAX_MACHINE_XML_BYTES {
+        return Err(MachineXmlError::TooLarge {
             path: path.to_path_buf(),
-            limit: MAX_TOPOLOGY_FILE_BYTES,
+            limit: MAX_MACHINE_XML_BYTES,
         });
     }
-    let text = String::from_utf8(bytes).map_err(|_| TopologyError::NotUtf8 {
+    let text = String::from_utf8(bytes).map_err(|_| MachineXmlError::NotUtf8 {
         path: path.to_path_buf(),
     })?;
-    parse_topology(&text).map_err(|e| TopologyError::InFile {
+    parse_machine_xml(&text).map_err(|e| MachineXmlError::InFile {
         path: path.to_path_buf(),
         source: Box::new(e),
     })
 }
 
 /// Normalize and validate a parsed machine: the last step of every XML source.
-pub(crate) fn finish(mut machine: Machine) -> Result<Machine, TopologyError> {
+pub(crate) fn finish(mut machine: Machine) -> Result<Machine, MachineXmlError> {
     machine.normalize();
     machine.validate()?;
     Ok(machine)
@@ -349,7 +359,7 @@ mod tests {
         let path = tmp.path().join("topo.xml");
         crate::trust::fifo::make(&path);
         let p = path.clone();
-        let err = crate::trust::fifo::returns(&path, move || read_topology_file(&p))
+        let err = crate::trust::fifo::returns(&path, move || read_machine_xml(&p))
             .expect_err("a FIFO is no topology");
         assert!(
             err.to_string().contains("not a regular file (a FIFO)"),
@@ -362,7 +372,10 @@ mod tests {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = "/opt/vendor/topo.xml";
-        assert!(matches!(read_topology_under(tmp.path(), path, 0), Ok(None)));
+        assert!(matches!(
+            read_vendor_nccl_topo(tmp.path(), path, 0),
+            Ok(None)
+        ));
         let full = tmp.path().join("opt/vendor/topo.xml");
         std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
         let machine = crate::catalog::machine("Standard_ND96isr_H100_v5").expect("catalog");
@@ -373,9 +386,9 @@ mod tests {
         .expect("write");
         std::fs::set_permissions(&full, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         let uid = std::fs::metadata(&full).expect("stat").uid();
-        let read = read_topology_under(tmp.path(), path, uid).expect("trusted");
+        let read = read_vendor_nccl_topo(tmp.path(), path, uid).expect("trusted");
         assert_eq!(read.map(|m| m.gpus.len()), Some(8));
-        let err = read_topology_under(tmp.path(), path, uid + 1).expect_err("foreign owner");
+        let err = read_vendor_nccl_topo(tmp.path(), path, uid + 1).expect_err("foreign owner");
         assert!(
             err.to_string().starts_with(&format!(
                 "vendor NCCL topology file {} is owned by uid {uid}",
@@ -385,7 +398,7 @@ mod tests {
         );
         for mode in [0o664, 0o646] {
             std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode)).expect("chmod");
-            let err = read_topology_under(tmp.path(), path, uid).expect_err("writable");
+            let err = read_vendor_nccl_topo(tmp.path(), path, uid).expect_err("writable");
             assert!(
                 err.to_string()
                     .contains(&format!("is writable by group or others (mode {mode:04o})")),
@@ -419,14 +432,14 @@ mod tests {
 
     #[test]
     fn detection_by_root_element() {
-        let err = parse_topology("<graphs version=\"1\"/>")
+        let err = parse_machine_xml("<graphs version=\"1\"/>")
             .expect_err("graph")
             .to_string();
         assert!(
             err.contains("NCCL graph file (NCCL_GRAPH_FILE), not a topology"),
             "{err}"
         );
-        let err = parse_topology("\n<svg/>").expect_err("svg").to_string();
+        let err = parse_machine_xml("\n<svg/>").expect_err("svg").to_string();
         assert!(err.starts_with("line 2: root element <svg>"), "{err}");
         let err = nccl_xml::parse("<topology version=\"2.0\"/>")
             .expect_err("wrong")
@@ -436,7 +449,7 @@ mod tests {
             .expect_err("wrong")
             .to_string();
         assert!(err.contains("not an hwloc topology"), "{err}");
-        let err = parse_topology("<system><cpu numaid=\"0\">")
+        let err = parse_machine_xml("<system><cpu numaid=\"0\">")
             .expect_err("truncated")
             .to_string();
         assert!(err.contains("truncated"), "{err}");

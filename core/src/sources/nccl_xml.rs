@@ -68,7 +68,7 @@ use std::collections::HashSet;
 
 use roxmltree::{Document, Node};
 
-use super::{TopologyError, finish, line_of, parse_xml};
+use super::{MachineXmlError, finish, line_of, parse_xml};
 use crate::cpuset::CpuSet;
 use crate::model::classify_nic;
 use crate::model::{
@@ -87,16 +87,16 @@ const PLACEHOLDER_DOMAIN: u32 = 0xffff;
 const PLACEHOLDER_BUS: u8 = 0xff;
 
 /// Parse an NCCL topology file (`<system version="1">`).
-pub fn parse(text: &str) -> Result<Machine, TopologyError> {
+pub fn parse(text: &str) -> Result<Machine, MachineXmlError> {
     let doc = parse_xml(text)?;
     from_document(&doc)
 }
 
 /// Build the machine from an already parsed document whose root should be `<system>`.
-pub(crate) fn from_document(doc: &Document<'_>) -> Result<Machine, TopologyError> {
+pub(crate) fn from_document(doc: &Document<'_>) -> Result<Machine, MachineXmlError> {
     let root = doc.root_element();
     if root.tag_name().name() != "system" {
-        return Err(TopologyError::WrongRoot {
+        return Err(MachineXmlError::WrongRoot {
             line: line_of(root),
             found: root.tag_name().name().to_string(),
             expected: "an NCCL topology (<system>)",
@@ -144,7 +144,7 @@ impl Builder {
 
     /// Visit the elements in document order with an explicit stack (no recursion, so a
     /// deeply nested hostile file cannot overflow the stack).
-    fn walk(&mut self, root: Node<'_, '_>) -> Result<(), TopologyError> {
+    fn walk(&mut self, root: Node<'_, '_>) -> Result<(), MachineXmlError> {
         let top = Context {
             numa: None,
             parent: None,
@@ -191,11 +191,11 @@ impl Builder {
     }
 
     /// A `<cpu>` element: one NUMA node. Returns its id (`None` for numaid -1).
-    fn cpu(&mut self, node: Node<'_, '_>) -> Result<Option<u32>, TopologyError> {
+    fn cpu(&mut self, node: Node<'_, '_>) -> Result<Option<u32>, MachineXmlError> {
         let line = line_of(node);
         let text = node
             .attribute("numaid")
-            .ok_or_else(|| TopologyError::MissingAttribute {
+            .ok_or_else(|| MachineXmlError::MissingAttribute {
                 line,
                 element: "cpu".into(),
                 attr: "numaid",
@@ -213,7 +213,7 @@ impl Builder {
             None => CpuSet::new(),
         };
         if !self.numa_ids.insert(id) {
-            return Err(TopologyError::DuplicateNuma { line, id });
+            return Err(MachineXmlError::DuplicateNuma { line, id });
         }
         self.machine.numa_nodes.push(NumaNode { id, cpus });
         Ok(Some(id))
@@ -221,11 +221,11 @@ impl Builder {
 
     /// A `<pci>` element: one PCI function, plus the GPU or NIC(s) it holds. Returns the
     /// address it was given (placeholders may be renumbered).
-    fn pci(&mut self, node: Node<'_, '_>, ctx: Context) -> Result<PciAddr, TopologyError> {
+    fn pci(&mut self, node: Node<'_, '_>, ctx: Context) -> Result<PciAddr, MachineXmlError> {
         let line = line_of(node);
         let busid = node
             .attribute("busid")
-            .ok_or_else(|| TopologyError::MissingAttribute {
+            .ok_or_else(|| MachineXmlError::MissingAttribute {
                 line,
                 element: "pci".into(),
                 attr: "busid",
@@ -236,7 +236,7 @@ impl Builder {
         } else if is_placeholder(parsed) {
             self.renumber_placeholder(node, busid)?
         } else {
-            return Err(TopologyError::DuplicatePci { line, addr: parsed });
+            return Err(MachineXmlError::DuplicatePci { line, addr: parsed });
         };
         self.seen.insert(addr);
 
@@ -364,7 +364,7 @@ impl Builder {
         &mut self,
         node: Node<'_, '_>,
         busid: &str,
-    ) -> Result<PciAddr, TopologyError> {
+    ) -> Result<PciAddr, MachineXmlError> {
         loop {
             let (bus, device) = self.next_placeholder;
             if bus == 0 {
@@ -400,7 +400,7 @@ fn nic_from_net(
     vendor_id: u16,
     device_id: u16,
     link_layer: Option<&'static str>,
-) -> Result<Nic, TopologyError> {
+) -> Result<Nic, MachineXmlError> {
     let name = net
         .attribute("name")
         .map(str::trim)
@@ -499,7 +499,7 @@ fn hex_attr(
     node: Node<'_, '_>,
     attr: &'static str,
     max: u32,
-) -> Result<Option<u32>, TopologyError> {
+) -> Result<Option<u32>, MachineXmlError> {
     let Some(text) = node.attribute(attr) else {
         return Ok(None);
     };
@@ -519,8 +519,8 @@ fn hex_attr(
     Ok(Some(value))
 }
 
-fn bad(node: Node<'_, '_>, attr: &str, value: &str, reason: impl ToString) -> TopologyError {
-    TopologyError::BadAttribute {
+fn bad(node: Node<'_, '_>, attr: &str, value: &str, reason: impl ToString) -> MachineXmlError {
+    MachineXmlError::BadAttribute {
         line: line_of(node),
         element: node.tag_name().name().to_string(),
         attr: attr.to_string(),
@@ -570,7 +570,7 @@ mod tests {
             <pci busid="0000:10:00.0"/></cpu></system>"#;
         let err = parse(text).expect_err("duplicate");
         assert!(
-            matches!(err, TopologyError::DuplicatePci { line: 2, .. }),
+            matches!(err, MachineXmlError::DuplicatePci { line: 2, .. }),
             "{err}"
         );
     }

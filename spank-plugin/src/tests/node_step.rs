@@ -37,7 +37,7 @@ impl NodeStep {
         gpu_affinity::sources::fixture::write_fixture(&catalog, fixture.path()).expect("fixture");
         add(fixture.path());
         let machine =
-            crate::topology::read_machine(fixture.path(), Detail::Full).expect("sysfs reader");
+            crate::sysfs_machine::read_machine(fixture.path(), Detail::Full).expect("sysfs reader");
         let gpu_count = machine.gpus.len();
         assert_eq!(gpu_count, 8, "{name}");
 

@@ -1,4 +1,4 @@
-//! Where the node's topology comes from: the core's sysfs reader under `sysfs_root`
+//! Where the node's machine description comes from: the core's sysfs reader under `sysfs_root`
 //! (root's choice from plugstack.conf or the admin config, never the user's).
 //!
 //! A step reads it with [`Detail::Placement`]: discovery sits on every step's launch path,
