@@ -267,26 +267,21 @@ mod tests {
         assert_eq!(within(Duration::from_secs(5), || Ok(7)), Ok(7));
     }
 
-    fn sh(script: &str) -> Command {
-        let mut c = Command::new("/bin/sh");
-        c.args(["-c", script]);
-        c
-    }
-
     const KEEP: Keep = Keep {
         stdout: 1 << 20,
         stderr: 1 << 10,
     };
 
+    /// `sh -c SCRIPT`, named `name`, bounded by `ms`.
+    fn sh(script: &str, name: &str, ms: u64) -> Result<Ran, RunError> {
+        let mut c = Command::new("/bin/sh");
+        c.args(["-c", script]);
+        run(&mut c, name, Duration::from_millis(ms), KEEP)
+    }
+
     #[test]
     fn a_program_is_read_to_its_end() {
-        let ran = run(
-            &mut sh("echo out; echo err >&2; exit 3"),
-            "sh",
-            Duration::from_secs(10),
-            KEEP,
-        )
-        .expect("ran");
+        let ran = sh("echo out; echo err >&2; exit 3", "sh", 10_000).expect("ran");
         assert_eq!(
             (ran.stdout.as_str(), ran.stderr.as_str()),
             ("out\n", "err\n")
@@ -300,11 +295,10 @@ mod tests {
     #[test]
     fn a_program_filling_its_pipes_does_not_block() {
         let t = Instant::now();
-        let ran = run(
-            &mut sh("head -c 4000000 /dev/zero; head -c 4000000 /dev/zero >&2"),
+        let ran = sh(
+            "head -c 4000000 /dev/zero; head -c 4000000 /dev/zero >&2",
             "sh",
-            Duration::from_secs(20),
-            KEEP,
+            20_000,
         )
         .expect("ran");
         assert!(ran.status.success());
@@ -316,13 +310,7 @@ mod tests {
     #[test]
     fn a_hung_program_is_killed_at_its_deadline() {
         let t = Instant::now();
-        let e = run(
-            &mut sh("exec sleep 3600"),
-            "sleeper",
-            Duration::from_millis(200),
-            KEEP,
-        )
-        .expect_err("killed");
+        let e = sh("exec sleep 3600", "sleeper", 200).expect_err("killed");
         assert!(matches!(e, RunError::Timeout { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
@@ -331,13 +319,7 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(5));
         // A grandchild holding the pipes after its parent ends is no reason to wait on.
         let t = Instant::now();
-        let e = run(
-            &mut sh("sleep 5 & echo started"),
-            "forker",
-            Duration::from_millis(300),
-            KEEP,
-        )
-        .expect_err("output still open");
+        let e = sh("sleep 5 & echo started", "forker", 300).expect_err("output still open");
         assert!(matches!(e, RunError::Timeout { .. }), "{e:?}");
         assert!(t.elapsed() < Duration::from_secs(5));
     }

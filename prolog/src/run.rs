@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_affinity::config::{self, Config, DEFAULT_CONFIG};
+use gpu_affinity::health::active::{AllReduce, DcgmDiag};
 use gpu_affinity::health::drain::{Action, DrainPolicy, decide};
 use gpu_affinity::health::parse::{NodeRow, gres_gpu_count};
 use gpu_affinity::health::xid::KernelLog;
@@ -245,11 +246,8 @@ fn active_tests(
     cfg: &Config,
     node: &str,
     rows: Option<&[NodeRow]>,
-    sysfs: &gpu_affinity::health::Gathered<gpu_affinity::health::SysfsData>,
-) -> (
-    gpu_affinity::health::Gathered<gpu_affinity::health::active::DcgmDiag>,
-    gpu_affinity::health::Gathered<gpu_affinity::health::active::AllReduce>,
-) {
+    sysfs: &Gathered<SysfsData>,
+) -> (Gathered<DcgmDiag>, Gathered<AllReduce>) {
     let a = &cfg.health.active;
     let dcgmi = a.dcgmi.as_ref().filter(|_| a.dcgm_diag_level > 0);
     if dcgmi.is_none() && a.all_reduce_perf.is_none() {
@@ -323,9 +321,9 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-/// The readers of one pass, started together, each under its own bound.
+/// The readers of one pass but sysfs (which the pass waits for first: the job's GPUs
+/// are read from it), started together, each under its own bound.
 struct Readers {
-    sysfs: Pending<SysfsData>,
     /// `None`: `[gpu] nvml = false`.
     nvml: Option<Pending<NvmlData>>,
     kmsg: Pending<KernelLog>,
@@ -348,39 +346,18 @@ pub fn pass(
     let root = root_of(cfg);
     let prev = &this_boot(&root, prev);
     let job = job_id();
-    let readers = start_readers(program, cfg, &root, prober);
+    let (sysfs, readers) = start_readers(program, cfg, &root, prober);
     // sinfo runs alongside the readers: its answer (gres count, node state) is needed anyway.
     let rows = slurm.map(|s| s.rows());
-    let sysfs = readers.sysfs.wait();
+    let sysfs = sysfs.wait();
     let (scope, indices) = scope_of(program, cfg, node, &sysfs, job.as_deref(), prev);
     let rows = node_rows(program, rows);
     let gres_gpus = rows
         .as_ref()
         .and_then(|r| r.iter().find(|row| row.name == node))
         .and_then(|row| gres_gpu_count(&row.gres));
-    let (dcgm_diag, all_reduce) = active_tests(program, cfg, node, rows.as_deref(), &sysfs);
-    let kmsg = readers.kmsg.wait();
-    let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
-    let kmsg_notes = kmsg.as_ref().map(|k| k.notes.clone()).unwrap_or_default();
-    let inputs = Inputs {
-        sysfs,
-        nvml: readers
-            .nvml
-            .map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
-        xids: kmsg.map(|k| k.xids),
-        kmsg_notes,
-        mounts: readers.mounts.wait().unwrap_or_default(),
-        checkpoint: match readers.checkpoint {
-            Some(c) => c.wait(),
-            None if cfg.health.checkpoint.is_none() => {
-                Err(Gap::Skipped("no [storage] checkpoint_dir".into()))
-            }
-            None => Err(Gap::Skipped("the health program's pass only".into())),
-        },
-        gres_gpus,
-        dcgm_diag,
-        all_reduce,
-    };
+    let active = active_tests(program, cfg, node, rows.as_deref(), &sysfs);
+    let (inputs, kmsg_at) = collect(cfg, readers, sysfs, gres_gpus, active);
     let (report, next) = evaluate(program, cfg, &inputs, &scope, prev);
     let next = record(program, job.as_deref(), kmsg_at, &report, prev, next);
     (report, rows, next, indices)
@@ -396,13 +373,14 @@ fn this_boot(root: &Path, prev: &PassState) -> PassState {
     prev.clone().in_boot(boot.ok().flatten().as_deref())
 }
 
-/// Start every reader of the pass in its own thread, under its own bound.
+/// Start every reader of the pass in its own thread, under its own bound: sysfs's, and
+/// the others.
 fn start_readers(
     program: Program,
     cfg: &Config,
     root: &Path,
     prober: Arc<dyn MountProber>,
-) -> Readers {
+) -> (Pending<SysfsData>, Readers) {
     let ms = Duration::from_millis;
     let r = root.to_path_buf();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
@@ -438,13 +416,49 @@ fn start_readers(
             ))
         })
     };
-    Readers {
+    (
         sysfs,
-        nvml,
-        kmsg,
-        checkpoint,
-        mounts,
-    }
+        Readers {
+            nvml,
+            kmsg,
+            checkpoint,
+            mounts,
+        },
+    )
+}
+
+/// Wait for the readers (each by its own deadline) and put the pass's inputs together;
+/// also where the kernel log stood (its last sequence number), for the job's mark.
+fn collect(
+    cfg: &Config,
+    readers: Readers,
+    sysfs: Gathered<SysfsData>,
+    gres_gpus: Option<u32>,
+    (dcgm_diag, all_reduce): (Gathered<DcgmDiag>, Gathered<AllReduce>),
+) -> (Inputs, Option<u64>) {
+    let kmsg = readers.kmsg.wait();
+    let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
+    let kmsg_notes = kmsg.as_ref().map(|k| k.notes.clone()).unwrap_or_default();
+    let inputs = Inputs {
+        sysfs,
+        nvml: readers
+            .nvml
+            .map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
+        xids: kmsg.map(|k| k.xids),
+        kmsg_notes,
+        mounts: readers.mounts.wait().unwrap_or_default(),
+        checkpoint: match readers.checkpoint {
+            Some(c) => c.wait(),
+            None if cfg.health.checkpoint.is_none() => {
+                Err(Gap::Skipped("no [storage] checkpoint_dir".into()))
+            }
+            None => Err(Gap::Skipped("the health program's pass only".into())),
+        },
+        gres_gpus,
+        dcgm_diag,
+        all_reduce,
+    };
+    (inputs, kmsg_at)
 }
 
 /// Which checks run, on which GPUs, and the job's GPUs as DCGM numbers them (for the
