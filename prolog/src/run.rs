@@ -7,19 +7,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_affinity::config::{self, Config, DEFAULT_CONFIG};
+use gpu_affinity::health::active::{AllReduce, DcgmDiag};
 use gpu_affinity::health::drain::{Action, DrainPolicy, decide};
 use gpu_affinity::health::parse::{NodeRow, gres_gpu_count};
+use gpu_affinity::health::xid::KernelLog;
 use gpu_affinity::health::xid::{POLICY_PATH, XidPolicy};
 use gpu_affinity::health::{
-    Class, DEFAULT_LEFTOVER_MEMORY_MIB, Expect, Gap, Inputs, KMSG_BOUND_MS, NVML_BOUND_MS, Report,
-    STORAGE_BOUND_MS, SYSFS_BOUND_MS, Scope, Status, Verdict,
+    CheckpointProbe, Class, DEFAULT_LEFTOVER_MEMORY_MIB, Expect, Gap, Gathered, Inputs,
+    KMSG_BOUND_MS, MountProbe, NVML_BOUND_MS, NvmlData, PassState, Report, STORAGE_BOUND_MS,
+    SYSFS_BOUND_MS, Scope, Status, SysfsData, Verdict,
 };
 use gpu_affinity::pci::PciAddr;
 use gpu_affinity::slurm::gpu_ids::{SlurmGpus, parse_step_gpus};
 use gpu_affinity::slurm::read::{device_minor, gres_conf_path, read_gres_conf};
 use gpu_affinity::trust::read_trusted_text;
 
-use crate::bounded;
+use crate::bounded::{self, Pending};
 use crate::readers::{self, MountProber, RealProber};
 use crate::slurm::Slurm;
 use crate::state;
@@ -243,11 +246,8 @@ fn active_tests(
     cfg: &Config,
     node: &str,
     rows: Option<&[NodeRow]>,
-    sysfs: &gpu_affinity::health::Gathered<gpu_affinity::health::SysfsData>,
-) -> (
-    gpu_affinity::health::Gathered<gpu_affinity::health::active::DcgmDiag>,
-    gpu_affinity::health::Gathered<gpu_affinity::health::active::AllReduce>,
-) {
+    sysfs: &Gathered<SysfsData>,
+) -> (Gathered<DcgmDiag>, Gathered<AllReduce>) {
     let a = &cfg.health.active;
     let dcgmi = a.dcgmi.as_ref().filter(|_| a.dcgm_diag_level > 0);
     if dcgmi.is_none() && a.all_reduce_perf.is_none() {
@@ -321,27 +321,68 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-/// Gather all inputs with their bounds (in parallel) and evaluate.
+/// The readers of one pass but sysfs (which the pass waits for first: the job's GPUs
+/// are read from it), started together, each under its own bound.
+struct Readers {
+    /// `None`: `[gpu] nvml = false`.
+    nvml: Option<Pending<NvmlData>>,
+    kmsg: Pending<KernelLog>,
+    /// `None`: not this program's probe, or no `[storage] checkpoint_dir`.
+    checkpoint: Option<Pending<CheckpointProbe>>,
+    mounts: Pending<Vec<MountProbe>>,
+}
+
+/// Gather all inputs with their bounds (in parallel) and evaluate. The phases, in order:
+/// start the readers, ask sinfo meanwhile, scope the pass to the job's GPUs, run the
+/// active tests, collect the readers, evaluate, and record what the next pass needs.
 pub fn pass(
     program: Program,
     cfg: &Config,
     node: &str,
     prober: Arc<dyn MountProber>,
     slurm: Option<&Slurm>,
-    prev: &gpu_affinity::health::PassState,
-) -> (
-    Report,
-    Option<Vec<NodeRow>>,
-    gpu_affinity::health::PassState,
-    Option<Vec<u32>>,
-) {
+    prev: &PassState,
+) -> (Report, Option<Vec<NodeRow>>, PassState, Option<Vec<u32>>) {
     let root = root_of(cfg);
+    let prev = &this_boot(&root, prev);
+    let job = job_id();
+    let (sysfs, readers) = start_readers(program, cfg, &root, prober);
+    // sinfo runs alongside the readers: its answer (gres count, node state) is needed anyway.
+    let rows = slurm.map(|s| s.rows());
+    let sysfs = sysfs.wait();
+    let (scope, indices) = scope_of(program, cfg, node, &sysfs, job.as_deref(), prev);
+    let rows = node_rows(program, rows);
+    let gres_gpus = rows
+        .as_ref()
+        .and_then(|r| r.iter().find(|row| row.name == node))
+        .and_then(|row| gres_gpu_count(&row.gres));
+    let active = active_tests(program, cfg, node, rows.as_deref(), &sysfs);
+    let (inputs, kmsg_at) = collect(cfg, readers, sysfs, gres_gpus, active);
+    let (report, next) = evaluate(program, cfg, &inputs, &scope, prev);
+    let next = record(program, job.as_deref(), kmsg_at, &report, prev, next);
+    (report, rows, next, indices)
+}
+
+/// The previous pass's state as this boot sees it: job marks are kmsg sequence numbers of
+/// one boot (see `PassState::in_boot`).
+fn this_boot(root: &Path, prev: &PassState) -> PassState {
+    let r = root.to_path_buf();
+    let boot = bounded::within(Duration::from_millis(SYSFS_BOUND_MS), move || {
+        readers::read_boot_id(&r)
+    });
+    prev.clone().in_boot(boot.ok().flatten().as_deref())
+}
+
+/// Start every reader of the pass in its own thread, under its own bound: sysfs's, and
+/// the others.
+fn start_readers(
+    program: Program,
+    cfg: &Config,
+    root: &Path,
+    prober: Arc<dyn MountProber>,
+) -> (Pending<SysfsData>, Readers) {
     let ms = Duration::from_millis;
-    // Job marks are kmsg sequence numbers of one boot (see `PassState::in_boot`).
-    let r = root.clone();
-    let boot = bounded::within(ms(SYSFS_BOUND_MS), move || readers::read_boot_id(&r));
-    let prev = &prev.clone().in_boot(boot.ok().flatten().as_deref());
-    let r = root.clone();
+    let r = root.to_path_buf();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
     let nvml = if cfg.health.nvml == Some(false) {
         None
@@ -351,14 +392,13 @@ pub fn pass(
             crate::nvml::read_nvml(lib.as_deref())
         }))
     };
-    let r = root.clone();
+    let r = root.to_path_buf();
     let kmsg = bounded::start(ms(KMSG_BOUND_MS), move || readers::read_kmsg(&r));
-    let job = job_id();
     // Writing a checkpoint-sized file is for the passes between jobs, not every job's
     // prolog or epilog.
     let checkpoint = match (&cfg.health.checkpoint, program) {
         (Some(c), Program::Health) => {
-            let (r, c, p) = (root.clone(), c.clone(), prober.clone());
+            let (r, c, p) = (root.to_path_buf(), c.clone(), prober.clone());
             Some(bounded::start(ms(STORAGE_BOUND_MS), move || {
                 readers::probe_checkpoint(&r, &c, p.as_ref())
             }))
@@ -366,7 +406,7 @@ pub fn pass(
         _ => None,
     };
     let mounts = {
-        let (r, wanted) = (root.clone(), cfg.health.mounts.clone());
+        let (r, wanted) = (root.to_path_buf(), cfg.health.mounts.clone());
         bounded::start(ms(STORAGE_BOUND_MS + 500), move || {
             Ok(readers::read_mounts(
                 &r,
@@ -376,23 +416,76 @@ pub fn pass(
             ))
         })
     };
-    // sinfo runs alongside the readers: its answer (gres count, node state) is needed anyway.
-    let rows = slurm.map(|s| s.rows());
-    let sysfs = sysfs.wait();
+    (
+        sysfs,
+        Readers {
+            nvml,
+            kmsg,
+            checkpoint,
+            mounts,
+        },
+    )
+}
+
+/// Wait for the readers (each by its own deadline) and put the pass's inputs together;
+/// also where the kernel log stood (its last sequence number), for the job's mark.
+fn collect(
+    cfg: &Config,
+    readers: Readers,
+    sysfs: Gathered<SysfsData>,
+    gres_gpus: Option<u32>,
+    (dcgm_diag, all_reduce): (Gathered<DcgmDiag>, Gathered<AllReduce>),
+) -> (Inputs, Option<u64>) {
+    let kmsg = readers.kmsg.wait();
+    let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
+    let kmsg_notes = kmsg.as_ref().map(|k| k.notes.clone()).unwrap_or_default();
+    let inputs = Inputs {
+        sysfs,
+        nvml: readers
+            .nvml
+            .map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
+        xids: kmsg.map(|k| k.xids),
+        kmsg_notes,
+        mounts: readers.mounts.wait().unwrap_or_default(),
+        checkpoint: match readers.checkpoint {
+            Some(c) => c.wait(),
+            None if cfg.health.checkpoint.is_none() => {
+                Err(Gap::Skipped("no [storage] checkpoint_dir".into()))
+            }
+            None => Err(Gap::Skipped("the health program's pass only".into())),
+        },
+        gres_gpus,
+        dcgm_diag,
+        all_reduce,
+    };
+    (inputs, kmsg_at)
+}
+
+/// Which checks run, on which GPUs, and the job's GPUs as DCGM numbers them (for the
+/// job mapping files). The prolog and epilog check the job's GPUs only; GPUs that
+/// cannot be mapped widen the pass to every GPU, never narrow it.
+fn scope_of(
+    program: Program,
+    cfg: &Config,
+    node: &str,
+    sysfs: &Gathered<SysfsData>,
+    job: Option<&str>,
+    prev: &PassState,
+) -> (Scope, Option<Vec<u32>>) {
     let mut scope = Scope {
         fast_only: program == Program::Prolog,
         gpus: None,
         after_job: program == Program::Epilog,
         // The epilog judges what the job's time added to the kernel log; without its
         // prolog's mark (no prolog, lost state) everything since boot counts.
-        xids_after: match (program, &job) {
+        xids_after: match (program, job) {
             (Program::Epilog, Some(job)) => prev.job_kmsg.get(job).copied(),
             _ => None,
         },
     };
     let mut indices = None;
     if program != Program::Health
-        && let Ok(s) = &sysfs
+        && let Ok(s) = sysfs
     {
         let env = std::env::var("SLURM_JOB_GPUS").ok();
         match slurm_gpus(&s.machine, cfg, node).and_then(|n| job_gpus(&n, env.as_deref())) {
@@ -404,39 +497,30 @@ pub fn pass(
             Err(e) => log_line(program, &format!("{e}; checking every GPU")),
         }
     }
-    let rows = match rows {
+    (scope, indices)
+}
+
+/// sinfo's rows, or none (logged) when it failed or did not run.
+fn node_rows(program: Program, rows: Option<Result<Vec<NodeRow>, String>>) -> Option<Vec<NodeRow>> {
+    match rows {
         Some(Ok(r)) => Some(r),
         Some(Err(e)) => {
             log_line(program, &format!("sinfo: {e}"));
             None
         }
         None => None,
-    };
-    let gres_gpus = rows
-        .as_ref()
-        .and_then(|r| r.iter().find(|row| row.name == node))
-        .and_then(|row| gres_gpu_count(&row.gres));
-    let (dcgm_diag, all_reduce) = active_tests(program, cfg, node, rows.as_deref(), &sysfs);
-    let kmsg = kmsg.wait();
-    let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
-    let kmsg_notes = kmsg.as_ref().map(|k| k.notes.clone()).unwrap_or_default();
-    let inputs = Inputs {
-        sysfs,
-        nvml: nvml.map_or(Err(Gap::Skipped("[gpu] nvml = false".into())), |p| p.wait()),
-        xids: kmsg.map(|k| k.xids),
-        kmsg_notes,
-        mounts: mounts.wait().unwrap_or_default(),
-        checkpoint: match checkpoint {
-            Some(c) => c.wait(),
-            None if cfg.health.checkpoint.is_none() => {
-                Err(Gap::Skipped("no [storage] checkpoint_dir".into()))
-            }
-            None => Err(Gap::Skipped("the health program's pass only".into())),
-        },
-        gres_gpus,
-        dcgm_diag,
-        all_reduce,
-    };
+    }
+}
+
+/// Core's evaluation under the XID policy in force and the admin's expectations (the
+/// detected catalog machine's, where the config leaves them out).
+fn evaluate(
+    program: Program,
+    cfg: &Config,
+    inputs: &Inputs,
+    scope: &Scope,
+    prev: &PassState,
+) -> (Report, PassState) {
     let policy = xid_policy().unwrap_or_else(|e| {
         log_line(program, &format!("{e}; using the embedded XID policy"));
         XidPolicy::embedded()
@@ -445,9 +529,20 @@ pub fn pass(
         Ok(s) => gpu_affinity::health::expect::from_model(expect_of(cfg), &s.machine),
         Err(_) => expect_of(cfg),
     };
-    let (report, mut next) =
-        gpu_affinity::health::evaluate(&inputs, &expect, &policy, &scope, prev);
-    if let Some(job) = &job {
+    gpu_affinity::health::evaluate(inputs, &expect, &policy, scope, prev)
+}
+
+/// What the next pass needs of this one: the prolog marks where the kernel log stood at
+/// the job's start, the epilog takes the mark out, the health program counts clean passes.
+fn record(
+    program: Program,
+    job: Option<&str>,
+    kmsg_at: Option<u64>,
+    report: &Report,
+    prev: &PassState,
+    mut next: PassState,
+) -> PassState {
+    if let Some(job) = job {
         match (program, kmsg_at) {
             (Program::Prolog, Some(seq)) => next.mark_job(job, seq),
             (Program::Epilog, _) => {
@@ -463,7 +558,7 @@ pub fn pass(
             prev.clean_passes.saturating_add(1)
         };
     }
-    (report, rows, next, indices)
+    next
 }
 
 /// `SLURM_JOB_ID` as slurmd gives the prolog and epilog: a decimal job id, else none.

@@ -1,17 +1,23 @@
 //! The Slurm controller seam: `sinfo` and `scontrol` with argument vectors and a hard
 //! timeout (Invariant 3). No shell; a client that hangs is killed at its deadline.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use gpu_affinity::health::drain::Action;
 use gpu_affinity::health::parse::{NodeRow, SINFO_FORMAT, sinfo_rows};
 
+use crate::bounded::{self, Keep};
+
 /// Slurm clients retry for minutes against a dead controller; a health pass must not.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a client's answer may hold: sinfo's rows for some 40,000 nodes; its error text.
+const CLIENT_OUTPUT: Keep = Keep {
+    stdout: 1 << 22,
+    stderr: 1 << 16,
+};
 
 /// Where Slurm's clients usually are (clouds.md: /usr, /usr/local, /opt/slurm prefixes):
 /// looked at only when no slurmd says which install is running.
@@ -66,52 +72,19 @@ impl Slurm {
         if let Some(conf) = &self.conf {
             cmd.env("SLURM_CONF", conf);
         }
-        let mut child = cmd
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("{}: {e}", program.display()))?;
-        // Drain the pipes in threads so a chatty client cannot block on a full pipe.
-        let mut out = child.stdout.take();
-        let mut err = child.stderr.take();
-        let out_reader = thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(o) = out.as_mut() {
-                let _ = o.take(1 << 22).read_to_string(&mut s);
-            }
-            s
-        });
-        let err_reader = thread::spawn(move || {
-            let mut s = String::new();
-            if let Some(e) = err.as_mut() {
-                let _ = e.take(1 << 16).read_to_string(&mut s);
-            }
-            s
-        });
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!(
-                        "{name} did not finish within {} ms (killed)",
-                        self.timeout.as_millis()
-                    ));
-                }
-                Ok(None) => thread::sleep(Duration::from_millis(5)),
-                Err(e) => return Err(format!("{name}: {e}")),
-            }
-        };
-        let stdout = out_reader.join().unwrap_or_default();
-        let stderr = err_reader.join().unwrap_or_default();
-        if status.success() {
-            Ok(stdout)
+        cmd.args(args);
+        let ran =
+            bounded::run(&mut cmd, name, self.timeout, CLIENT_OUTPUT).map_err(|e| e.to_string())?;
+        if !ran.status.success() {
+            Err(format!("{name} {}: {}", ran.status, ran.stderr.trim()))
+        } else if ran.stdout_cut {
+            // A cut answer would read as a cluster without its last nodes.
+            Err(format!(
+                "{name} wrote more than {} bytes",
+                CLIENT_OUTPUT.stdout
+            ))
         } else {
-            Err(format!("{name} {}: {}", status, stderr.trim()))
+            Ok(ran.stdout)
         }
     }
 

@@ -7,7 +7,7 @@
 //! 8 GPUs and for 64 GPUs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
@@ -19,7 +19,7 @@ use gpu_affinity::model::{Machine, NumaNode};
 use gpu_affinity::solver::{self, Mode, StepRequest};
 use gpu_affinity::sources;
 use gpu_affinity::sources::sysfs::Detail;
-use wait_timeout::ChildExt;
+use gpu_affinity_node::bounded::{self, Keep, RunError};
 
 use crate::CliError;
 
@@ -294,30 +294,27 @@ fn placement_check(path: &Path, step_nodes: &str, runs: usize) -> Result<(), Cli
 
 fn time_lstopo(root: &Path) -> Result<Duration, CliError> {
     let start = Instant::now();
-    let mut child = Command::new("lstopo")
-        .args(["--of", "xml", "-"])
-        .env("HWLOC_FSROOT", root)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| {
-            CliError(format!(
-                "cannot run lstopo (install Debian package hwloc): {e}"
-            ))
-        })?;
-    match child.wait_timeout(LSTOPO_TIMEOUT)? {
-        Some(status) if status.success() => Ok(start.elapsed()),
-        Some(status) => Err(CliError(format!(
-            "lstopo failed on {}: {status}",
-            root.display()
-        ))),
-        None => {
-            child.kill()?;
-            child.wait()?;
-            Err(CliError(format!(
-                "lstopo did not finish within {LSTOPO_TIMEOUT:?}"
-            )))
-        }
+    let mut cmd = Command::new("lstopo");
+    cmd.args(["--of", "xml", "-"]).env("HWLOC_FSROOT", root);
+    // Only the time counts: the XML is read and dropped.
+    let keep = Keep {
+        stdout: 0,
+        stderr: 0,
+    };
+    let ran = bounded::run(&mut cmd, "lstopo", LSTOPO_TIMEOUT, keep).map_err(|e| match e {
+        RunError::Spawn { source, .. } => CliError(format!(
+            "cannot run lstopo (install Debian package hwloc): {source}"
+        )),
+        e => CliError(e.to_string()),
+    })?;
+    if ran.status.success() {
+        Ok(start.elapsed())
+    } else {
+        Err(CliError(format!(
+            "lstopo failed on {}: {}",
+            root.display(),
+            ran.status
+        )))
     }
 }
 

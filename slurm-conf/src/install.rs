@@ -13,13 +13,13 @@
 use std::fs;
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use gpu_affinity::atomic;
 use gpu_affinity::slurm::{conf_write, read, version};
+use gpu_affinity_node::bounded::{self, Keep};
 use serde::{Deserialize, Serialize};
-use wait_timeout::ChildExt;
 
 use crate::{CliError, emit};
 
@@ -104,29 +104,15 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> CliError {
 /// `PROGRAM FLAG` (`slurmd -V`, `srun --version`) with an argument vector and a bound.
 fn run_version(program: &Path, flag: &str) -> Result<String, CliError> {
     let what = format!("{} {flag}", program.display());
-    let mut child = Command::new(program)
-        .arg(flag)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| io_err("cannot run", program, e))?;
-    match child.wait_timeout(SLURMD_TIMEOUT)? {
-        Some(status) if status.success() => {}
-        Some(status) => return Err(CliError(format!("{what}: {status}"))),
-        None => {
-            child.kill()?;
-            child.wait()?;
-            return Err(CliError(format!(
-                "{what} did not answer within {SLURMD_TIMEOUT:?}"
-            )));
-        }
+    let keep = Keep {
+        stdout: 1 << 16,
+        stderr: 0,
+    };
+    let ran = bounded::run(Command::new(program).arg(flag), &what, SLURMD_TIMEOUT, keep)?;
+    if !ran.status.success() {
+        return Err(CliError(format!("{what}: {}", ran.status)));
     }
-    let mut out = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        std::io::Read::read_to_string(&mut stdout, &mut out)?;
-    }
-    Ok(out)
+    Ok(ran.stdout)
 }
 
 /// The Slurm series under a (canonical) prefix and where it was read: `MAJOR.MINOR`.
