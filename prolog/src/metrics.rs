@@ -121,10 +121,10 @@ fn write_jobs(dir: &SafeDir, gpu: u32, jobs: &[String]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_affinity::health::{Class, Fault, Outcome, Tier, Verdict, xid::Repair};
+    use gpu_affinity::health::{CheckId, Class, Fault, Outcome, Tier, Verdict, xid::Repair};
 
     fn report() -> Report {
-        let check = |id: &'static str, tier: Tier, status: Status| Outcome {
+        let check = |id: CheckId, tier: Tier, status: Status| Outcome {
             id,
             tier,
             class: Class::Drain,
@@ -138,10 +138,14 @@ mod tests {
         Report {
             verdict: Verdict::Ok,
             checks: vec![
-                check("gpu.count", Tier::Gpu, Status::Pass),
-                check("gpu.ecc", Tier::Gpu, Status::Timeout),
-                check("fabric.port_state", Tier::Fabric, Status::Fail),
-                check("storage.checkpoint_bandwidth", Tier::Storage, Status::Skip),
+                check(CheckId::GpuCount, Tier::Gpu, Status::Pass),
+                check(CheckId::GpuEcc, Tier::Gpu, Status::Timeout),
+                check(CheckId::FabricPortState, Tier::Fabric, Status::Fail),
+                check(
+                    CheckId::StorageCheckpointBandwidth,
+                    Tier::Storage,
+                    Status::Skip,
+                ),
             ],
         }
     }

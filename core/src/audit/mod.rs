@@ -98,15 +98,8 @@ pub enum Area {
     Managed,
 }
 
-/// The reference's three tiers, plus the cluster's own config.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    Gpu,
-    Fabric,
-    Storage,
-    Cluster,
-}
+/// The reference's three tiers, plus the cluster's own config: health's tiers.
+pub use crate::health::Tier;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -8,6 +8,7 @@
 //! verdict (`timeout` / `skip`), never a panic or a hang.
 
 pub mod active;
+mod checks;
 pub mod counters;
 pub mod drain;
 pub mod eval;
@@ -29,12 +30,18 @@ pub use eval::evaluate;
 /// The owned prefix of every drain reason the suite writes (Invariant 5).
 pub const PREFIX: &str = "gpu-affinity:";
 
+/// The reference's three tiers of a GPU node (GPU, fabric, storage), plus the cluster's
+/// own config. One type for health and `audit` (which re-exports it): both sort their
+/// checks into the same tiers, and metrics and JSON spell them the same. Only the audit
+/// has cluster-wide checks (slurm.conf, the topology file); every health check is one of
+/// the first three.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Tier {
     Gpu,
     Fabric,
     Storage,
+    Cluster,
 }
 
 impl Tier {
@@ -43,6 +50,7 @@ impl Tier {
             Tier::Gpu => "gpu",
             Tier::Fabric => "fabric",
             Tier::Storage => "storage",
+            Tier::Cluster => "cluster",
         }
     }
 }
@@ -76,10 +84,147 @@ pub enum Fault {
     Other,
 }
 
+/// A check of [`CHECKS`]: the one name the evaluation dispatches on, so a check without
+/// code (or code for no check) does not compile. [`CheckId::as_str`] is the id reports,
+/// JSON, metrics labels and the docs show; those strings never change.
+///
+/// Declaration order is [`CHECKS`]' order (report order), asserted at compile time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CheckId {
+    GpuCount,
+    GpuBus,
+    GpuPcieWidth,
+    GpuPcieSpeed,
+    GpuNvml,
+    GpuEcc,
+    GpuRowRemap,
+    GpuRetiredPages,
+    GpuXid,
+    GpuNvlink,
+    GpuRecoveryAction,
+    GpuLeftoverProcesses,
+    GpuLeftoverMemory,
+    GpuPersistence,
+    GpuDriver,
+    FabricCount,
+    FabricPortState,
+    FabricPortRate,
+    FabricLinkFlaps,
+    FabricPcieWidth,
+    FabricNuma,
+    StorageMount,
+    StorageWritable,
+    StorageLatency,
+    StorageCheckpointBandwidth,
+    GpuDcgmDiag,
+    GpuAllReduce,
+}
+
+impl CheckId {
+    /// Every check, in report order.
+    pub const ALL: [CheckId; 27] = [
+        CheckId::GpuCount,
+        CheckId::GpuBus,
+        CheckId::GpuPcieWidth,
+        CheckId::GpuPcieSpeed,
+        CheckId::GpuNvml,
+        CheckId::GpuEcc,
+        CheckId::GpuRowRemap,
+        CheckId::GpuRetiredPages,
+        CheckId::GpuXid,
+        CheckId::GpuNvlink,
+        CheckId::GpuRecoveryAction,
+        CheckId::GpuLeftoverProcesses,
+        CheckId::GpuLeftoverMemory,
+        CheckId::GpuPersistence,
+        CheckId::GpuDriver,
+        CheckId::FabricCount,
+        CheckId::FabricPortState,
+        CheckId::FabricPortRate,
+        CheckId::FabricLinkFlaps,
+        CheckId::FabricPcieWidth,
+        CheckId::FabricNuma,
+        CheckId::StorageMount,
+        CheckId::StorageWritable,
+        CheckId::StorageLatency,
+        CheckId::StorageCheckpointBandwidth,
+        CheckId::GpuDcgmDiag,
+        CheckId::GpuAllReduce,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CheckId::GpuCount => "gpu.count",
+            CheckId::GpuBus => "gpu.bus",
+            CheckId::GpuPcieWidth => "gpu.pcie_width",
+            CheckId::GpuPcieSpeed => "gpu.pcie_speed",
+            CheckId::GpuNvml => "gpu.nvml",
+            CheckId::GpuEcc => "gpu.ecc",
+            CheckId::GpuRowRemap => "gpu.row_remap",
+            CheckId::GpuRetiredPages => "gpu.retired_pages",
+            CheckId::GpuXid => "gpu.xid",
+            CheckId::GpuNvlink => "gpu.nvlink",
+            CheckId::GpuRecoveryAction => "gpu.recovery_action",
+            CheckId::GpuLeftoverProcesses => "gpu.leftover_processes",
+            CheckId::GpuLeftoverMemory => "gpu.leftover_memory",
+            CheckId::GpuPersistence => "gpu.persistence",
+            CheckId::GpuDriver => "gpu.driver",
+            CheckId::FabricCount => "fabric.count",
+            CheckId::FabricPortState => "fabric.port_state",
+            CheckId::FabricPortRate => "fabric.port_rate",
+            CheckId::FabricLinkFlaps => "fabric.link_flaps",
+            CheckId::FabricPcieWidth => "fabric.pcie_width",
+            CheckId::FabricNuma => "fabric.numa",
+            CheckId::StorageMount => "storage.mount",
+            CheckId::StorageWritable => "storage.writable",
+            CheckId::StorageLatency => "storage.latency",
+            CheckId::StorageCheckpointBandwidth => "storage.checkpoint_bandwidth",
+            CheckId::GpuDcgmDiag => "gpu.dcgm_diag",
+            CheckId::GpuAllReduce => "gpu.all_reduce",
+        }
+    }
+
+    /// The id as reports spell it (`gpu.xid`): for input that names a check.
+    pub fn parse(id: &str) -> Option<CheckId> {
+        CheckId::ALL.into_iter().find(|c| c.as_str() == id)
+    }
+
+    /// This check's row of [`CHECKS`].
+    pub fn def(self) -> &'static CheckDef {
+        // In range: CHECKS holds one row per id, in declaration order (asserted below).
+        &CHECKS[self as usize]
+    }
+}
+
+impl std::fmt::Display for CheckId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for CheckId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+// The table and the enum agree: one row per id, in declaration order. A row left out of
+// `CHECKS` or out of place, or an `ALL` out of order, fails the build here.
+const _: () = {
+    assert!(CHECKS.len() == CheckId::ALL.len());
+    let mut i = 0;
+    while i < CHECKS.len() {
+        assert!(CHECKS[i].id as usize == i && CheckId::ALL[i] as usize == i);
+        // Cluster-wide checks are the audit's; a node's health is one of its three tiers.
+        assert!(!matches!(CHECKS[i].tier, Tier::Cluster));
+        i += 1;
+    }
+};
+
 /// One row of the check table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CheckDef {
-    pub id: &'static str,
+    pub id: CheckId,
     pub tier: Tier,
     pub class: Class,
     /// The reader's hard bound for the input this check needs, in milliseconds.
@@ -95,7 +240,7 @@ pub struct CheckDef {
 // One table row per call reads as a table; a struct literal per row would triple its length.
 #[allow(clippy::too_many_arguments)]
 const fn check(
-    id: &'static str,
+    id: CheckId,
     tier: Tier,
     class: Class,
     bound_ms: u64,
@@ -134,7 +279,7 @@ use Tier::{Fabric, Gpu as GpuTier, Storage};
 /// drain reason.
 pub const CHECKS: &[CheckDef] = &[
     check(
-        "gpu.count",
+        CheckId::GpuCount,
         GpuTier,
         Drain,
         SYSFS_BOUND_MS,
@@ -144,7 +289,7 @@ pub const CHECKS: &[CheckDef] = &[
         "GPUs on PCI match [gpu] expected, NVML's count and Slurm's gres count",
     ),
     check(
-        "gpu.bus",
+        CheckId::GpuBus,
         GpuTier,
         Drain,
         SYSFS_BOUND_MS,
@@ -154,7 +299,7 @@ pub const CHECKS: &[CheckDef] = &[
         "no GPU has fallen off the bus (config space all ones, NVML GPU lost)",
     ),
     check(
-        "gpu.pcie_width",
+        CheckId::GpuPcieWidth,
         GpuTier,
         Drain,
         SYSFS_BOUND_MS,
@@ -166,7 +311,7 @@ pub const CHECKS: &[CheckDef] = &[
     // Speed only informs: GPUs drop their link to a lower generation when idle to save power,
     // so a slow idle link is normal; width does not change with load.
     check(
-        "gpu.pcie_speed",
+        CheckId::GpuPcieSpeed,
         GpuTier,
         Info,
         SYSFS_BOUND_MS,
@@ -176,7 +321,7 @@ pub const CHECKS: &[CheckDef] = &[
         "each GPU's PCIe link speed (lower when idle is normal)",
     ),
     check(
-        "gpu.nvml",
+        CheckId::GpuNvml,
         GpuTier,
         Drain,
         NVML_BOUND_MS,
@@ -186,7 +331,7 @@ pub const CHECKS: &[CheckDef] = &[
         "NVML answers within its bound",
     ),
     check(
-        "gpu.ecc",
+        CheckId::GpuEcc,
         GpuTier,
         Drain,
         NVML_BOUND_MS,
@@ -196,7 +341,7 @@ pub const CHECKS: &[CheckDef] = &[
         "no volatile uncorrectable ECC errors",
     ),
     check(
-        "gpu.row_remap",
+        CheckId::GpuRowRemap,
         GpuTier,
         Drain,
         NVML_BOUND_MS,
@@ -206,7 +351,7 @@ pub const CHECKS: &[CheckDef] = &[
         "no row remap pending or failed (A100 and later)",
     ),
     check(
-        "gpu.retired_pages",
+        CheckId::GpuRetiredPages,
         GpuTier,
         Drain,
         NVML_BOUND_MS,
@@ -216,7 +361,7 @@ pub const CHECKS: &[CheckDef] = &[
         "no page retirement pending (GPUs before A100)",
     ),
     check(
-        "gpu.xid",
+        CheckId::GpuXid,
         GpuTier,
         Drain,
         KMSG_BOUND_MS,
@@ -226,7 +371,7 @@ pub const CHECKS: &[CheckDef] = &[
         "no critical XID in the kernel log since boot or the last driver load (the epilog: since the job's prolog; policy: xid-policy.toml)",
     ),
     check(
-        "gpu.nvlink",
+        CheckId::GpuNvlink,
         GpuTier,
         Drain,
         NVML_BOUND_MS,
@@ -236,7 +381,7 @@ pub const CHECKS: &[CheckDef] = &[
         "every NVLink the GPU has is active",
     ),
     check(
-        "gpu.recovery_action",
+        CheckId::GpuRecoveryAction,
         GpuTier,
         Drain,
         NVML_BOUND_MS,
@@ -246,7 +391,7 @@ pub const CHECKS: &[CheckDef] = &[
         "NVML's GPU recovery action is none (driver R550+; older drivers: skipped)",
     ),
     check(
-        "gpu.leftover_processes",
+        CheckId::GpuLeftoverProcesses,
         GpuTier,
         Drain,
         NVML_BOUND_MS,
@@ -259,7 +404,7 @@ pub const CHECKS: &[CheckDef] = &[
     // still be tearing the job's contexts down when the epilog runs (it starts as soon as
     // the job's processes are gone); a leak that stays shows in every later epilog.
     check(
-        "gpu.leftover_memory",
+        CheckId::GpuLeftoverMemory,
         GpuTier,
         Warn,
         NVML_BOUND_MS,
@@ -269,7 +414,7 @@ pub const CHECKS: &[CheckDef] = &[
         "no GPU memory above [gpu] leftover_memory_mib held with no process left after the job (epilog only)",
     ),
     check(
-        "gpu.persistence",
+        CheckId::GpuPersistence,
         GpuTier,
         Warn,
         NVML_BOUND_MS,
@@ -279,7 +424,7 @@ pub const CHECKS: &[CheckDef] = &[
         "persistence mode as [gpu] persistence says",
     ),
     check(
-        "gpu.driver",
+        CheckId::GpuDriver,
         GpuTier,
         Warn,
         NVML_BOUND_MS,
@@ -289,7 +434,7 @@ pub const CHECKS: &[CheckDef] = &[
         "driver version as [gpu] driver says",
     ),
     check(
-        "fabric.count",
+        CheckId::FabricCount,
         Fabric,
         Drain,
         SYSFS_BOUND_MS,
@@ -299,7 +444,7 @@ pub const CHECKS: &[CheckDef] = &[
         "every expected fabric NIC is present ([fabric] expected_nics, else the detected instance's catalog machine)",
     ),
     check(
-        "fabric.port_state",
+        CheckId::FabricPortState,
         Fabric,
         Drain,
         SYSFS_BOUND_MS,
@@ -309,7 +454,7 @@ pub const CHECKS: &[CheckDef] = &[
         "every fabric NIC port is ACTIVE",
     ),
     check(
-        "fabric.port_rate",
+        CheckId::FabricPortRate,
         Fabric,
         Drain,
         SYSFS_BOUND_MS,
@@ -319,7 +464,7 @@ pub const CHECKS: &[CheckDef] = &[
         "every fabric port runs at the expected rate (else the fastest port's)",
     ),
     check(
-        "fabric.link_flaps",
+        CheckId::FabricLinkFlaps,
         Fabric,
         Drain,
         SYSFS_BOUND_MS,
@@ -329,7 +474,7 @@ pub const CHECKS: &[CheckDef] = &[
         "link_downed counters rise in fewer than [fabric] flap_strikes passes",
     ),
     check(
-        "fabric.pcie_width",
+        CheckId::FabricPcieWidth,
         Fabric,
         Drain,
         SYSFS_BOUND_MS,
@@ -339,7 +484,7 @@ pub const CHECKS: &[CheckDef] = &[
         "each fabric NIC's PCIe link runs at its maximum width",
     ),
     check(
-        "fabric.numa",
+        CheckId::FabricNuma,
         Fabric,
         Warn,
         SYSFS_BOUND_MS,
@@ -349,7 +494,7 @@ pub const CHECKS: &[CheckDef] = &[
         "every GPU has a fabric NIC on its NUMA node",
     ),
     check(
-        "storage.mount",
+        CheckId::StorageMount,
         Storage,
         Drain,
         STORAGE_BOUND_MS,
@@ -359,7 +504,7 @@ pub const CHECKS: &[CheckDef] = &[
         "each [[storage.mount]] is mounted with its type",
     ),
     check(
-        "storage.writable",
+        CheckId::StorageWritable,
         Storage,
         Drain,
         STORAGE_BOUND_MS,
@@ -369,7 +514,7 @@ pub const CHECKS: &[CheckDef] = &[
         "each mount marked write = true takes a create + remove",
     ),
     check(
-        "storage.latency",
+        CheckId::StorageLatency,
         Storage,
         Drain,
         STORAGE_BOUND_MS,
@@ -379,7 +524,7 @@ pub const CHECKS: &[CheckDef] = &[
         "each mount answers a stat within its bound",
     ),
     check(
-        "storage.checkpoint_bandwidth",
+        CheckId::StorageCheckpointBandwidth,
         Storage,
         Drain,
         STORAGE_BOUND_MS,
@@ -389,7 +534,7 @@ pub const CHECKS: &[CheckDef] = &[
         "a [storage] checkpoint_probe_mib file written + fsynced under checkpoint_dir reaches checkpoint_floor_mbps",
     ),
     check(
-        "gpu.dcgm_diag",
+        CheckId::GpuDcgmDiag,
         GpuTier,
         Drain,
         ACTIVE_BOUND_MS,
@@ -399,7 +544,7 @@ pub const CHECKS: &[CheckDef] = &[
         "[active] dcgmi diag -r dcgm_diag_level -j reports no failed test (where [active] runs it)",
     ),
     check(
-        "gpu.all_reduce",
+        CheckId::GpuAllReduce,
         GpuTier,
         Drain,
         ACTIVE_BOUND_MS,
@@ -410,8 +555,9 @@ pub const CHECKS: &[CheckDef] = &[
     ),
 ];
 
+/// The row of the check a report names (`gpu.xid`).
 pub fn check_def(id: &str) -> Option<&'static CheckDef> {
-    CHECKS.iter().find(|c| c.id == id)
+    CheckId::parse(id).map(CheckId::def)
 }
 
 /// Why an input is missing: the verdict a reader's failure becomes.
@@ -628,7 +774,7 @@ impl PassState {
 /// One check's outcome.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Outcome {
-    pub id: &'static str,
+    pub id: CheckId,
     #[serde(skip)]
     pub tier: Tier,
     pub class: Class,

@@ -1,5 +1,6 @@
 //! The pure fault matrix: a healthy catalog machine, one fault at a time, the right verdict and
-//! reason; the drain/resume policy; 1,000 healthy passes never drain.
+//! reason; the drain/resume policy; 1,000 healthy passes never drain. Each check family's
+//! own cases are beside it (`checks/*.rs`), on this file's healthy node.
 
 use super::drain::{Action, DrainPolicy, Handoff, Leave, decide};
 use super::parse::{NodeRow, sinfo_rows};
@@ -7,7 +8,7 @@ use super::xid::{XidEvent, XidPolicy};
 use super::*;
 use crate::catalog;
 
-fn healthy() -> (Inputs, Expect) {
+pub(super) fn healthy() -> (Inputs, Expect) {
     let machine = catalog::machine("p5.48xlarge").expect("catalog machine");
     let gpus = machine
         .gpus
@@ -82,7 +83,7 @@ fn healthy() -> (Inputs, Expect) {
     (inputs, expect)
 }
 
-fn run(inputs: &Inputs, expect: &Expect) -> Report {
+pub(super) fn run(inputs: &Inputs, expect: &Expect) -> Report {
     evaluate(
         inputs,
         expect,
@@ -93,11 +94,11 @@ fn run(inputs: &Inputs, expect: &Expect) -> Report {
     .0
 }
 
-fn sysfs(i: &mut Inputs) -> &mut SysfsData {
+pub(super) fn sysfs(i: &mut Inputs) -> &mut SysfsData {
     i.sysfs.as_mut().expect("sysfs")
 }
 
-fn gpu0(i: &Inputs) -> PciAddr {
+pub(super) fn gpu0(i: &Inputs) -> PciAddr {
     i.sysfs.as_ref().expect("sysfs").machine.gpus[0].pci
 }
 
@@ -113,6 +114,52 @@ fn healthy_node_is_ok_and_every_check_reports() {
     );
     assert_eq!(r.checks.len(), CHECKS.len());
     assert_eq!(r.reason(), "");
+}
+
+/// The ids reports, JSON, metrics labels and admins' alerts match on: renaming a variant
+/// must not rename its check.
+#[test]
+fn check_ids_keep_their_names_and_order() {
+    let names: Vec<&str> = CHECKS.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "gpu.count",
+            "gpu.bus",
+            "gpu.pcie_width",
+            "gpu.pcie_speed",
+            "gpu.nvml",
+            "gpu.ecc",
+            "gpu.row_remap",
+            "gpu.retired_pages",
+            "gpu.xid",
+            "gpu.nvlink",
+            "gpu.recovery_action",
+            "gpu.leftover_processes",
+            "gpu.leftover_memory",
+            "gpu.persistence",
+            "gpu.driver",
+            "fabric.count",
+            "fabric.port_state",
+            "fabric.port_rate",
+            "fabric.link_flaps",
+            "fabric.pcie_width",
+            "fabric.numa",
+            "storage.mount",
+            "storage.writable",
+            "storage.latency",
+            "storage.checkpoint_bandwidth",
+            "gpu.dcgm_diag",
+            "gpu.all_reduce",
+        ]
+    );
+    for id in CheckId::ALL {
+        assert_eq!(CheckId::parse(id.as_str()), Some(id));
+        assert_eq!(id.def().id, id);
+        assert_eq!(check_def(id.as_str()).map(|d| d.id), Some(id));
+        assert_eq!(serde_json::to_value(id).ok(), Some(id.as_str().into()));
+    }
+    assert_eq!(CheckId::parse("gpu.xdi"), None);
 }
 
 #[test]
@@ -389,9 +436,9 @@ fn timeouts_are_timeout_status_and_dependents_skip() {
     let (mut inputs, expect) = healthy();
     inputs.nvml = Err(Gap::Timeout { after_ms: 10_000 });
     let r = run(&inputs, &expect);
-    let status = |id: &str| r.checks.iter().find(|c| c.id == id).map(|c| c.status);
-    assert_eq!(status("gpu.nvml"), Some(Status::Timeout));
-    assert_eq!(status("gpu.ecc"), Some(Status::Skip));
+    let status = |id: CheckId| r.checks.iter().find(|c| c.id == id).map(|c| c.status);
+    assert_eq!(status(CheckId::GpuNvml), Some(Status::Timeout));
+    assert_eq!(status(CheckId::GpuEcc), Some(Status::Skip));
     let (mut inputs, expect) = healthy();
     inputs.nvml = Err(Gap::Skipped("[gpu] nvml = false".into()));
     assert_eq!(run(&inputs, &expect).verdict, Verdict::Ok);
@@ -431,32 +478,6 @@ fn prolog_scope_sees_only_the_jobs_gpus() {
 }
 
 #[test]
-fn the_epilog_counts_only_xids_after_the_jobs_prolog() {
-    let (mut inputs, expect) = healthy();
-    let g = gpu0(&inputs);
-    inputs.xids = Ok(vec![XidEvent {
-        seq: 40,
-        gpu: g,
-        code: 79,
-        detail: None,
-    }]);
-    let epilog = |after: Option<u64>| {
-        let scope = Scope {
-            after_job: true,
-            xids_after: after,
-            ..Scope::default()
-        };
-        let prev = PassState::default();
-        evaluate(&inputs, &expect, &XidPolicy::embedded(), &scope, &prev).0
-    };
-    // Logged before the job's prolog read the log (seq 40 <= 40): not this job's.
-    assert_eq!(epilog(Some(40)).verdict, Verdict::Ok);
-    // Logged during the job, or no mark (since boot): drains.
-    assert_eq!(epilog(Some(39)).verdict, Verdict::Drain);
-    assert_eq!(epilog(None).verdict, Verdict::Drain);
-}
-
-#[test]
 fn job_marks_are_carried_and_bounded() {
     let mut prev = PassState::default();
     for job in 0..(PassState::MAX_JOB_MARKS as u64 + 10) {
@@ -476,36 +497,6 @@ fn job_marks_are_carried_and_bounded() {
         &prev,
     );
     assert_eq!(next.job_kmsg, prev.job_kmsg, "a pass keeps the marks");
-}
-
-#[test]
-fn link_flaps_drain_after_strikes_and_leak_away() {
-    let (mut inputs, expect) = healthy();
-    let port = sysfs(&mut inputs)
-        .link_downed
-        .keys()
-        .next()
-        .cloned()
-        .expect("a port");
-    let policy = XidPolicy::embedded();
-    let mut state = PassState::default();
-    let mut verdicts = vec![];
-    for counter in [0, 1, 2, 2, 2, 2] {
-        sysfs(&mut inputs).link_downed.insert(port.clone(), counter);
-        let (r, next) = evaluate(&inputs, &expect, &policy, &Scope::default(), &state);
-        verdicts.push(r.verdict);
-        if r.verdict == Verdict::Drain {
-            assert!(
-                r.reason()
-                    .starts_with(&format!("gpu-affinity: NIC_LINK_FLAPS nic={port}")),
-                "{}",
-                r.reason()
-            );
-        }
-        state = next;
-    }
-    use Verdict::{Drain, Ok};
-    assert_eq!(verdicts, [Ok, Ok, Drain, Ok, Ok, Ok]);
 }
 
 #[test]
@@ -775,176 +766,6 @@ fn handoff_modes() {
 }
 
 #[test]
-fn leftover_processes_drain_only_after_a_job() {
-    let (mut inputs, expect) = healthy();
-    inputs.nvml.as_mut().expect("nvml").gpus[2].compute_processes = Some(2);
-    let at = |after_job| {
-        let scope = Scope {
-            after_job,
-            ..Scope::default()
-        };
-        evaluate(
-            &inputs,
-            &expect,
-            &XidPolicy::embedded(),
-            &scope,
-            &PassState::default(),
-        )
-        .0
-    };
-    // A health pass during a job sees its processes: not a fault.
-    assert_eq!(at(false).verdict, Verdict::Ok);
-    let r = at(true);
-    assert_eq!(r.verdict, Verdict::Drain, "{}", r.summary());
-    assert!(
-        r.reason().starts_with("gpu-affinity: GPU_PROCS_LEFT gpu="),
-        "{}",
-        r.reason()
-    );
-}
-
-#[test]
-fn memory_left_without_processes_warns_after_a_job() {
-    let (mut inputs, expect) = healthy();
-    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
-    gpus[4].memory_used_mib = Some(4096);
-    let at = |inputs: &Inputs, after_job| {
-        let scope = Scope {
-            after_job,
-            ..Scope::default()
-        };
-        let prev = PassState::default();
-        evaluate(inputs, &expect, &XidPolicy::embedded(), &scope, &prev).0
-    };
-    // During a job the memory is the job's.
-    assert_eq!(at(&inputs, false).verdict, Verdict::Ok);
-    let r = at(&inputs, true);
-    assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
-    assert!(
-        r.reason().starts_with("gpu-affinity: GPU_MEM_LEFT gpu="),
-        "{}",
-        r.reason()
-    );
-    // At the floor, or held by a process still there (the process check's case): no warning.
-    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
-    gpus[4].memory_used_mib = Some(DEFAULT_LEFTOVER_MEMORY_MIB);
-    assert_eq!(at(&inputs, true).verdict, Verdict::Ok);
-    let gpus = &mut inputs.nvml.as_mut().expect("nvml").gpus;
-    gpus[4].memory_used_mib = Some(4096);
-    gpus[4].compute_processes = Some(1);
-    let r = at(&inputs, true);
-    assert!(
-        r.checks
-            .iter()
-            .any(|c| c.id == "gpu.leftover_memory" && c.status == Status::Pass),
-        "{}",
-        r.summary()
-    );
-}
-
-#[test]
-fn recovery_action_drains_unless_none_or_unreported() {
-    let (mut inputs, expect) = healthy();
-    let r = run(&inputs, &expect);
-    assert_eq!(r.verdict, Verdict::Ok, "unreported: {}", r.summary());
-    inputs.nvml.as_mut().expect("nvml").gpus[1].recovery_action = Some(0);
-    assert_eq!(run(&inputs, &expect).verdict, Verdict::Ok);
-    inputs.nvml.as_mut().expect("nvml").gpus[1].recovery_action = Some(1);
-    let r = run(&inputs, &expect);
-    assert_eq!(r.verdict, Verdict::Drain);
-    assert!(
-        r.reason().starts_with("gpu-affinity: GPU_RECOVERY gpu="),
-        "{}",
-        r.reason()
-    );
-}
-
-#[test]
-fn checkpoint_probe_without_a_floor_warns_never_drains() {
-    let (mut inputs, mut expect) = healthy();
-    expect.checkpoint_floor_mbps = None;
-    let probe = |r: &Report| {
-        r.checks
-            .iter()
-            .find(|c| c.id == "storage.checkpoint_bandwidth")
-            .map(|c| (c.class, c.status))
-    };
-    for (gap, status, reason) in [
-        (
-            Gap::Timeout { after_ms: 5000 },
-            Status::Timeout,
-            "gpu-affinity: STORAGE_SLOW_TIMEOUT",
-        ),
-        (
-            Gap::Failed("/fsx/ckpt: Permission denied (os error 13)".into()),
-            Status::Fail,
-            "gpu-affinity: STORAGE_SLOW",
-        ),
-    ] {
-        inputs.checkpoint = Err(gap.clone());
-        let r = run(&inputs, &expect);
-        assert_eq!(r.verdict, Verdict::Warn, "{gap:?}: {}", r.summary());
-        assert_eq!(probe(&r), Some((Class::Warn, status)), "{}", r.summary());
-        assert_eq!(r.reason(), reason);
-        // With a floor the same gap drains.
-        let floored = Expect {
-            checkpoint_floor_mbps: Some(500.0),
-            ..expect.clone()
-        };
-        let r = run(&inputs, &floored);
-        assert_eq!(r.verdict, Verdict::Drain, "{gap:?}: {}", r.summary());
-        assert_eq!(probe(&r), Some((Class::Drain, status)));
-    }
-}
-
-#[test]
-fn xid_lookalikes_and_a_flood_warn_and_never_drain() {
-    let (mut inputs, expect) = healthy();
-    inputs.kmsg_notes = super::xid::KmsgNotes {
-        lookalikes: 3,
-        first_lookalike: Some(17),
-        lost: 40,
-    };
-    let r = run(&inputs, &expect);
-    assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
-    let xid = r
-        .checks
-        .iter()
-        .find(|c| c.id == "gpu.xid")
-        .expect("gpu.xid");
-    assert!(
-        xid.evidence.contains("3 kernel-log records quote an XID"),
-        "{}",
-        xid.evidence
-    );
-    assert!(
-        xid.evidence.contains("first at kmsg seq 17"),
-        "{}",
-        xid.evidence
-    );
-    assert!(
-        xid.evidence.contains("40 kernel-log records were lost"),
-        "{}",
-        xid.evidence
-    );
-    assert_eq!(xid.class, Class::Warn);
-}
-
-#[test]
-fn an_interfered_probe_warns_and_never_drains() {
-    let (mut inputs, mut expect) = healthy();
-    inputs.mounts[0].writable = Err(Gap::Interfered("/fsx: probe names taken".into()));
-    inputs.checkpoint = Err(Gap::Interfered("/fsx/ckpt: a symlink".into()));
-    expect.checkpoint_floor_mbps = Some(100.0);
-    let r = run(&inputs, &expect);
-    assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
-    for id in ["storage.writable", "storage.checkpoint_bandwidth"] {
-        let c = r.checks.iter().find(|c| c.id == id).expect("check");
-        assert_eq!(c.class, Class::Warn, "{id}: {c:?}");
-    }
-}
-
-#[test]
 fn only_an_unknown_node_state_is_state_unknown() {
     assert!(Leave::StateUnreadable.state_unknown());
     assert!(Leave::NotInSinfo("n1".into()).state_unknown());
@@ -961,66 +782,6 @@ fn only_an_unknown_node_state_is_state_unknown() {
         },
     ] {
         assert!(!other.state_unknown(), "{other}");
-    }
-}
-
-/// The active tests (issue 19): a failed DCGM test drains naming the test and its GPU, a
-/// slow or corrupting all-reduce drains, and a hang, a missing binary or output that says
-/// nothing warns with the reason: never a drain.
-#[test]
-fn active_tests_drain_on_failure_and_warn_on_a_gap() {
-    let (mut inputs, expect) = healthy();
-    let json = |status: &str| {
-        format!(
-            r#"{{"DCGM Diagnostic":{{"test_categories":[{{"category":"Hardware","tests":[
-            {{"name":"GPU Memory","results":[{{"entity_group":"GPU","entity_id":3,"status":"{status}",
-            "warnings":[{{"warning":"DBE detected"}}]}}]}}]}}]}}}}"#
-        )
-    };
-    inputs.dcgm_diag = active::dcgm_diag(&json("Pass")).map_err(Gap::from);
-    inputs.all_reduce =
-        active::all_reduce("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 420.5 \n")
-            .map_err(Gap::from);
-    let r = run(&inputs, &expect);
-    assert_eq!(r.verdict, Verdict::Ok, "{}", r.summary());
-
-    inputs.dcgm_diag = active::dcgm_diag(&json("Fail")).map_err(Gap::from);
-    let r = run(&inputs, &expect);
-    assert_eq!(r.verdict, Verdict::Drain);
-    assert_eq!(
-        r.reason(),
-        "gpu-affinity: GPU_DCGM_DIAG test=GPU_Memory entity=GPU_3"
-    );
-    inputs.dcgm_diag = active::dcgm_diag(&json("Warn")).map_err(Gap::from);
-    assert_eq!(run(&inputs, &expect).verdict, Verdict::Warn);
-
-    inputs.dcgm_diag = Err(Gap::Skipped("not asked".into()));
-    inputs.all_reduce = active::all_reduce("# Avg bus bandwidth    : 120.25 \n").map_err(Gap::from);
-    let r = run(&inputs, &expect);
-    assert_eq!(
-        r.reason(),
-        "gpu-affinity: GPU_ALLREDUCE_SLOW busbw=120.2 floor=300"
-    );
-    inputs.all_reduce =
-        active::all_reduce("# Out of bounds values : 7 FAILED\n# Avg bus bandwidth    : 420 \n")
-            .map_err(Gap::from);
-    assert_eq!(
-        run(&inputs, &expect).reason(),
-        "gpu-affinity: GPU_ALLREDUCE_WRONG wrong=7"
-    );
-
-    for (gap, code) in [
-        (Gap::Timeout { after_ms: 300_000 }, "GPU_DCGM_DIAG_TIMEOUT"),
-        (
-            Gap::Failed("/usr/bin/dcgmi: No such file or directory".into()),
-            "GPU_DCGM_DIAG_NOT_RUN",
-        ),
-    ] {
-        inputs.all_reduce = Err(Gap::Skipped("not asked".into()));
-        inputs.dcgm_diag = Err(gap);
-        let r = run(&inputs, &expect);
-        assert_eq!(r.verdict, Verdict::Warn, "{}", r.summary());
-        assert_eq!(r.reason(), format!("gpu-affinity: {code}"));
     }
 }
 
