@@ -232,6 +232,7 @@ fn expect_of(c: &Config) -> Expect {
             .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
         checkpoint_floor_mbps: h.checkpoint.as_ref().and_then(|c| c.floor_mbps),
         all_reduce_floor_gbps: h.active.all_reduce_floor_gbps,
+        limits: Default::default(),
     }
 }
 
@@ -341,6 +342,14 @@ pub fn pass(
     let r = root.clone();
     let boot = bounded::within(ms(SYSFS_BOUND_MS), move || readers::read_boot_id(&r));
     let prev = &prev.clone().in_boot(boot.ok().flatten().as_deref());
+    // When this boot started, for repair escalation; the clock, for counter rates.
+    let r = root.clone();
+    let btime = bounded::within(ms(SYSFS_BOUND_MS), move || Ok(readers::read_btime(&r)))
+        .ok()
+        .flatten();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let r = root.clone();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
     let nvml = if cfg.health.nvml == Some(false) {
@@ -436,6 +445,7 @@ pub fn pass(
         gres_gpus,
         dcgm_diag,
         all_reduce,
+        now,
     };
     let policy = xid_policy().unwrap_or_else(|e| {
         log_line(program, &format!("{e}; using the embedded XID policy"));
@@ -445,8 +455,13 @@ pub fn pass(
         Ok(s) => gpu_affinity::health::expect::from_model(expect_of(cfg), &s.machine),
         Err(_) => expect_of(cfg),
     };
-    let (report, mut next) =
+    let (mut report, mut next) =
         gpu_affinity::health::evaluate(&inputs, &expect, &policy, &scope, prev);
+    // A node failing again soon after a boot needs more than another reboot.
+    if let Some(b) = btime {
+        next.boots.record(b);
+    }
+    gpu_affinity::health::repair::escalate(&mut report, &next.boots, now);
     if let Some(job) = &job {
         match (program, kmsg_at) {
             (Program::Prolog, Some(seq)) => next.mark_job(job, seq),
