@@ -235,6 +235,7 @@ fn expect_of(c: &Config) -> Expect {
             .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
         checkpoint_floor_mbps: h.checkpoint.as_ref().and_then(|c| c.floor_mbps),
         all_reduce_floor_gbps: h.active.all_reduce_floor_gbps,
+        limits: Default::default(),
     }
 }
 
@@ -344,7 +345,9 @@ pub fn pass(
     prev: &PassState,
 ) -> (Report, Option<Vec<NodeRow>>, PassState, Option<Vec<u32>>) {
     let root = root_of(cfg);
-    let prev = &this_boot(&root, prev);
+    let (prev, btime) = this_boot(&root, prev);
+    let prev = &prev;
+    let now = unix_now();
     let job = job_id();
     let (sysfs, readers) = start_readers(program, cfg, &root, prober);
     // sinfo runs alongside the readers: its answer (gres count, node state) is needed anyway.
@@ -357,20 +360,42 @@ pub fn pass(
         .and_then(|r| r.iter().find(|row| row.name == node))
         .and_then(|row| gres_gpu_count(&row.gres));
     let active = active_tests(program, cfg, node, rows.as_deref(), &sysfs);
-    let (inputs, kmsg_at) = collect(cfg, readers, sysfs, gres_gpus, active);
-    let (report, next) = evaluate(program, cfg, &inputs, &scope, prev);
+    let (inputs, kmsg_at) = collect(cfg, readers, sysfs, gres_gpus, active, now);
+    let (mut report, mut next) = evaluate(program, cfg, &inputs, &scope, prev);
+    escalate(&mut report, &mut next, btime, now);
     let next = record(program, job.as_deref(), kmsg_at, &report, prev, next);
     (report, rows, next, indices)
 }
 
-/// The previous pass's state as this boot sees it: job marks are kmsg sequence numbers of
-/// one boot (see `PassState::in_boot`).
-fn this_boot(root: &Path, prev: &PassState) -> PassState {
+/// The previous pass's state as this boot sees it (job marks are kmsg sequence numbers of
+/// one boot: see `PassState::in_boot`), and when this boot started (for repair
+/// escalation), if /proc/stat says.
+fn this_boot(root: &Path, prev: &PassState) -> (PassState, Option<u64>) {
+    let bound = Duration::from_millis(SYSFS_BOUND_MS);
     let r = root.to_path_buf();
-    let boot = bounded::within(Duration::from_millis(SYSFS_BOUND_MS), move || {
-        readers::read_boot_id(&r)
-    });
-    prev.clone().in_boot(boot.ok().flatten().as_deref())
+    let boot = bounded::within(bound, move || readers::read_boot_id(&r));
+    let r = root.to_path_buf();
+    let btime = bounded::within(bound, move || Ok(readers::read_btime(&r)));
+    (
+        prev.clone().in_boot(boot.ok().flatten().as_deref()),
+        btime.ok().flatten(),
+    )
+}
+
+/// The pass's clock, unix seconds: counter rates and escalation windows.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A node failing again soon after a boot needs more than another reboot: this boot is
+/// remembered, and the deciding repair escalated by the boots seen.
+fn escalate(report: &mut Report, next: &mut PassState, btime: Option<u64>, now: u64) {
+    if let Some(b) = btime {
+        next.boots.record(b);
+    }
+    gpu_affinity::health::repair::escalate(report, &next.boots, now);
 }
 
 /// Start every reader of the pass in its own thread, under its own bound: sysfs's, and
@@ -435,6 +460,7 @@ fn collect(
     sysfs: Gathered<SysfsData>,
     gres_gpus: Option<u32>,
     (dcgm_diag, all_reduce): (Gathered<DcgmDiag>, Gathered<AllReduce>),
+    now: u64,
 ) -> (Inputs, Option<u64>) {
     let kmsg = readers.kmsg.wait();
     let kmsg_at = kmsg.as_ref().ok().and_then(|k| k.last_seq);
@@ -457,6 +483,7 @@ fn collect(
         gres_gpus,
         dcgm_diag,
         all_reduce,
+        now,
     };
     (inputs, kmsg_at)
 }

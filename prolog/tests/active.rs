@@ -47,6 +47,7 @@ fn report(dcgm: Result<DcgmDiag, Gap>, reduce: Result<AllReduce, Gap>) -> Report
         gres_gpus: None,
         dcgm_diag: dcgm,
         all_reduce: reduce,
+        now: 0,
     };
     let expect = Expect {
         all_reduce_floor_gbps: Some(350.0),

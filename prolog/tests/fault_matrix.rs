@@ -139,8 +139,16 @@ fn sim_state(m: &Machine) -> serde_json::Value {
         .gpus
         .iter()
         .map(|g| {
+            // An idle, healthy HGX H100: its error counters zero (NVML field values: NVLink
+            // CRC flit/data, replay, recovery totals; the PCIe replay counter), 34 °C, idle
+            // clocks, registered with the Fabric Manager (every health flag FALSE).
             serde_json::json!({"bus_id": g.pci.to_string(), "ecc_uncorrected": 0, "remap_pending": false,
-                "remap_failure": false, "retired_pending": false, "nvlinks": vec![true; 18], "persistence": true})
+                "remap_failure": false, "retired_pending": false, "nvlinks": vec![true; 18], "persistence": true,
+                "fields": {"38": 0, "45": 0, "52": 0, "59": 0, "94": 0},
+                "dram_corrected": 0, "dram_uncorrected": 0, "sram_corrected": 0, "sram_uncorrected": 0,
+                "clocks_event_reasons": 1, "temperature_c": 34, "slowdown_temp_c": 87, "shutdown_temp_c": 92,
+                "fabric": {"cluster_uuid": "00000000-0000-0000-0000-000000000000", "clique_id": 0,
+                    "health_mask": 0b10_10_10_10 | (1 << 8)}})
         })
         .collect();
     serde_json::json!({"driver": "550.54.15", "gpus": gpus})
@@ -306,6 +314,47 @@ fn run_matrix() -> usize {
             program: "health",
             verdict: "drain",
             reason: "gpu-affinity: GPU_NVLINK gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "uncorrectable SRAM ECC",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][6]["sram_uncorrected"] = 1.into(),
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_SRAM_UNCORRECTABLE gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "remapped rows exhausted",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][5]["remap_uncorrectable"] = 512.into(),
+            program: "health",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_ROW_REMAP_EXHAUSTED gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "fabric route unhealthy",
+            machine: none_m,
+            tree: none_t,
+            // GPU 0: the prolog's job's GPU.
+            sim: |s| s["gpus"][0]["fabric"]["health_mask"] = (0b10_01_10_10 | (1 << 8)).into(),
+            program: "prolog",
+            verdict: "drain",
+            reason: "gpu-affinity: GPU_FABRIC gpu=",
+            bound: s(3),
+        },
+        Case {
+            name: "GPU at its slowdown temperature",
+            machine: none_m,
+            tree: none_t,
+            sim: |s| s["gpus"][0]["temperature_c"] = 87.into(),
+            program: "health",
+            verdict: "warn",
+            reason: "gpu-affinity: GPU_HOT gpu=",
             bound: s(3),
         },
         Case {
@@ -521,7 +570,11 @@ fn run_matrix() -> usize {
 
     // scontrol hanging: the drain verdict stands, the client is killed at its 5 s timeout,
     // the process still ends, and the JSON says the drain was not applied.
-    let n = node(&cases[6], &lib, "");
+    let xid79 = cases
+        .iter()
+        .find(|c| c.name == "XID 79")
+        .expect("the XID 79 case");
+    let n = node(xid79, &lib, "");
     let rows = format!("{NODE}|gpu*|mixed|gpu:8|none\n");
     let r = run(
         "prolog",

@@ -536,7 +536,7 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
         out.push(found(
             "NIC_PHYS_DOWN",
             Class::Drain,
-            format!("{port}: physical state {state}, not LinkUp"),
+            format!("physical state {state}, not LinkUp"),
         ));
     }
     for (name, value, limit, max) in [
@@ -559,7 +559,9 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
             out.push(found(
                 "NIC_PORT_ERRORS",
                 Class::Warn,
-                format!("{port}: {name} saturated at {n} (it can no longer rise; clear the port's counters)"),
+                format!(
+                    "{name} saturated at {n} (it can no longer rise; clear the port's counters)"
+                ),
             ));
         } else if let Some((rise, span)) = rise
             && rise >= limit
@@ -567,7 +569,7 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
             out.push(found(
                 "NIC_PORT_ERRORS",
                 Class::Warn,
-                format!("{port}: {name} rose by {rise} in {span} s (threshold {limit})"),
+                format!("{name} rose by {rise} in {span} s (threshold {limit})"),
             ));
         }
     }
@@ -582,7 +584,7 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
             out.push(found(
                 "NIC_EFA_ERRORS",
                 class,
-                format!("{port}: {name} rose by {rise} in {span} s"),
+                format!("{name} rose by {rise} in {span} s"),
             ));
         }
     }

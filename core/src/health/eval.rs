@@ -27,6 +27,7 @@ pub fn evaluate(
         job_kmsg: prev.job_kmsg.clone(),
         drains_held_back: prev.drains_held_back,
         boot_id: prev.boot_id.clone(),
+        boots: prev.boots.clone(),
         ..PassState::default()
     };
     let cx = Ctx {
@@ -67,6 +68,8 @@ pub fn evaluate(
         next.link_downed = prev.link_downed.clone();
         next.strikes = prev.strikes.clone();
     }
+    // So do the error counters' histories this pass did not read.
+    next.counters.carry_over(&prev.counters);
     (Report { verdict, checks }, next)
 }
 

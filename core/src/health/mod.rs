@@ -128,12 +128,18 @@ check_ids! {
     GpuLeftoverMemory => "gpu.leftover_memory",
     GpuPersistence => "gpu.persistence",
     GpuDriver => "gpu.driver",
+    GpuMemoryWear => "gpu.memory_wear",
+    GpuNvlinkErrors => "gpu.nvlink_errors",
+    GpuPcieReplay => "gpu.pcie_replay",
+    GpuThermal => "gpu.thermal",
+    GpuFabric => "gpu.fabric",
     FabricCount => "fabric.count",
     FabricPortState => "fabric.port_state",
     FabricPortRate => "fabric.port_rate",
     FabricLinkFlaps => "fabric.link_flaps",
     FabricPcieWidth => "fabric.pcie_width",
     FabricNuma => "fabric.numa",
+    FabricPortErrors => "fabric.port_errors",
     StorageMount => "storage.mount",
     StorageWritable => "storage.writable",
     StorageLatency => "storage.latency",
@@ -392,6 +398,57 @@ pub const CHECKS: &[CheckDef] = &[
         false,
         "driver version as [gpu] driver says",
     ),
+    // Counts, not rates: lifetime wear against the peers' replacement counts.
+    check(
+        CheckId::GpuMemoryWear,
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_MEMORY_WEAR",
+        GpuFault,
+        true,
+        "memory within the replacement counts: no uncorrectable and at most 10,000 correctable SRAM ECC errors, at most 20 M DRAM ECC errors (AzNHC); under 512 uncorrectable remapped rows (NVIDIA's RMA count); under 63 retired pages, and past 15 double-bit ones no more than one new a week (DCGM)",
+    ),
+    check(
+        CheckId::GpuNvlinkErrors,
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_NVLINK_ERRORS",
+        Performance,
+        false,
+        "no NVLink replay or recovery error and CRC errors under 100/s within the counter window (DCGM's NVLink watch; rising CRC errors below that warn)",
+    ),
+    check(
+        CheckId::GpuPcieReplay,
+        GpuTier,
+        Warn,
+        NVML_BOUND_MS,
+        "GPU_PCIE_REPLAY",
+        Performance,
+        false,
+        "PCIe replays within DCGM's allowance for the link's generation and width (16 a minute at Gen4 x16, 31 at Gen5 x16)",
+    ),
+    check(
+        CheckId::GpuThermal,
+        GpuTier,
+        Warn,
+        NVML_BOUND_MS,
+        "GPU_THERMAL",
+        Performance,
+        false,
+        "below the driver's slowdown temperature, and no hardware clocks-event reason (HW slowdown, SW/HW thermal slowdown, power brake)",
+    ),
+    check(
+        CheckId::GpuFabric,
+        GpuTier,
+        Drain,
+        NVML_BOUND_MS,
+        "GPU_FABRIC",
+        GpuFault,
+        true,
+        "the GPU's NVLink fabric registration (the Fabric Manager on HGX, the NVLink domain on NVL72) completed without error and its health mask is clean (skipped without a fabric)",
+    ),
     check(
         CheckId::FabricCount,
         Fabric,
@@ -451,6 +508,16 @@ pub const CHECKS: &[CheckDef] = &[
         Performance,
         false,
         "every GPU has a fabric NIC on its NUMA node",
+    ),
+    check(
+        CheckId::FabricPortErrors,
+        Fabric,
+        Drain,
+        SYSFS_BOUND_MS,
+        "NIC_PORT_ERRORS",
+        Other,
+        false,
+        "every fabric port's physical state is LinkUp; symbol_error and link_error_recovery rise by less than 30 and 10 within the counter window and are not saturated; EFA's error counters do not rise",
     ),
     check(
         CheckId::StorageMount,
@@ -622,6 +689,8 @@ pub struct Inputs {
     pub dcgm_diag: Gathered<active::DcgmDiag>,
     /// `[active] all_reduce_perf`'s run (skipped unless configured for this program).
     pub all_reduce: Gathered<active::AllReduce>,
+    /// The pass's clock (unix seconds): counter rates and repair escalation windows.
+    pub now: u64,
 }
 
 /// What the admin expects of the node (from the config).
@@ -643,6 +712,8 @@ pub struct Expect {
     pub checkpoint_floor_mbps: Option<f64>,
     /// `[active] all_reduce_floor_gbps`: the one-node all-reduce bus bandwidth floor, GB/s.
     pub all_reduce_floor_gbps: Option<f64>,
+    /// The error counters' thresholds and window ([`counters::Limits`]).
+    pub limits: counters::Limits,
 }
 
 /// `[gpu] leftover_memory_mib` unset: an idle GPU's `used` (v2) is a few MiB, a job's

@@ -2,7 +2,9 @@
 //! reason; the drain/resume policy; 1,000 healthy passes never drain. Each check family's
 //! own cases are beside it (`checks/*.rs`), on this file's healthy node.
 
+use super::counters::{EFA_ERROR_COUNTERS, GpuCounters, Limits, PortCounters};
 use super::drain::{Action, DrainPolicy, Handoff, Leave, decide};
+use super::nvlink_fabric::FabricProbe;
 use super::parse::{NodeRow, sinfo_rows};
 use super::xid::{XidEvent, XidPolicy};
 use super::*;
@@ -23,7 +25,33 @@ pub(super) fn healthy() -> (Inputs, Expect) {
             persistence: Some(true),
             compute_processes: Some(0),
             memory_used_mib: Some(3),
+            counters: healthy_counters(),
+            // An HGX H100: registered with the Fabric Manager, every health flag FALSE.
+            fabric: Some(FabricProbe {
+                state: 3,
+                status: 0,
+                health_mask: Some(0b10_10_10_10 | (1 << 8)),
+            }),
             ..NvmlGpu::default()
+        })
+        .collect();
+    let ports = machine
+        .fabric_nics()
+        .iter()
+        .flat_map(|n| {
+            n.ports.iter().map(move |p| {
+                (
+                    format!("{}/{}", n.rdma.clone().unwrap_or_default(), p.number),
+                    PortCounters {
+                        phys_state: Some("LinkUp".into()),
+                        efa_errors: EFA_ERROR_COUNTERS
+                            .iter()
+                            .map(|(name, _)| (name.to_string(), 0))
+                            .collect(),
+                        ..PortCounters::default()
+                    },
+                )
+            })
         })
         .collect();
     let link_downed = machine
@@ -43,7 +71,7 @@ pub(super) fn healthy() -> (Inputs, Expect) {
             machine,
             fallen_off: vec![],
             link_downed,
-            ports: BTreeMap::new(),
+            ports,
         }),
         nvml: Ok(NvmlData {
             driver: Some("550.54.15".into()),
@@ -67,6 +95,7 @@ pub(super) fn healthy() -> (Inputs, Expect) {
         gres_gpus: Some(8),
         dcgm_diag: Err(Gap::Skipped("no [active] dcgmi".into())),
         all_reduce: Err(Gap::Skipped("no [active] all_reduce_perf".into())),
+        now: NOW,
     };
     let expect = Expect {
         gpus: Some(8),
@@ -79,8 +108,35 @@ pub(super) fn healthy() -> (Inputs, Expect) {
         leftover_memory_mib: DEFAULT_LEFTOVER_MEMORY_MIB,
         checkpoint_floor_mbps: Some(500.0),
         all_reduce_floor_gbps: Some(300.0),
+        limits: Limits::default(),
     };
     (inputs, expect)
+}
+
+/// The pass clock of [`healthy`]'s inputs.
+pub(super) const NOW: u64 = 1_800_000_000;
+
+/// An idle, healthy H100's counters and sensors.
+pub(super) fn healthy_counters() -> GpuCounters {
+    GpuCounters {
+        nvlink_crc_flit: Some(0),
+        nvlink_crc_data: Some(0),
+        nvlink_replay: Some(0),
+        nvlink_recovery: Some(0),
+        pcie_replay: Some(0),
+        dram_corrected: Some(0),
+        dram_uncorrected: Some(0),
+        sram_corrected: Some(0),
+        sram_uncorrected: Some(0),
+        remapped_correctable: Some(0),
+        remapped_uncorrectable: Some(0),
+        retired_sbe: None,
+        retired_dbe: None,
+        clocks_event_reasons: Some(0x1),
+        temperature_c: Some(34),
+        slowdown_temp_c: Some(87),
+        shutdown_temp_c: Some(92),
+    }
 }
 
 pub(super) fn run(inputs: &Inputs, expect: &Expect) -> Report {
@@ -139,12 +195,18 @@ fn check_ids_keep_their_names_and_order() {
             "gpu.leftover_memory",
             "gpu.persistence",
             "gpu.driver",
+            "gpu.memory_wear",
+            "gpu.nvlink_errors",
+            "gpu.pcie_replay",
+            "gpu.thermal",
+            "gpu.fabric",
             "fabric.count",
             "fabric.port_state",
             "fabric.port_rate",
             "fabric.link_flaps",
             "fabric.pcie_width",
             "fabric.numa",
+            "fabric.port_errors",
             "storage.mount",
             "storage.writable",
             "storage.latency",

@@ -23,6 +23,7 @@ macro_rules! need {
 }
 
 mod active;
+mod counters;
 mod fabric;
 mod kmsg;
 mod nvml;
@@ -95,12 +96,18 @@ pub(super) fn run(def: &CheckDef, cx: &Ctx, next: &mut PassState) -> Judgement {
         CheckId::GpuLeftoverMemory => nvml::leftover_memory(def, cx),
         CheckId::GpuPersistence => nvml::persistence(def, cx),
         CheckId::GpuDriver => nvml::driver(def, cx),
+        CheckId::GpuMemoryWear => counters::memory_wear(cx, next),
+        CheckId::GpuNvlinkErrors => counters::nvlink_errors(cx, next),
+        CheckId::GpuPcieReplay => counters::pcie_replay(cx, next),
+        CheckId::GpuThermal => counters::thermal(cx, next),
+        CheckId::GpuFabric => counters::nvlink_fabric(cx, next),
         CheckId::FabricCount => fabric::count(def, cx),
         CheckId::FabricPortState => fabric::ports_active(def, cx),
         CheckId::FabricPortRate => fabric::port_rates(def, cx),
         CheckId::FabricLinkFlaps => fabric::link_flaps(def, cx, next),
         CheckId::FabricPcieWidth => pci::fabric_pcie_width(def, cx),
         CheckId::FabricNuma => fabric::numa(def, cx),
+        CheckId::FabricPortErrors => counters::port_errors(cx, next),
         CheckId::StorageMount => storage::mount(def, cx),
         CheckId::StorageWritable => storage::writable(def, cx),
         CheckId::StorageLatency => storage::latency(def, cx),
