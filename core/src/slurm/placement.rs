@@ -19,10 +19,13 @@
 //! Unit names are generated (`b1`, `s2_1`) since vendor ids (OCIDs) exceed Slurm's
 //! 64-character names; a comment line per unit maps it back to the vendor's id.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 
 use rustc_hash::FxHashMap;
 
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use super::topology::{Block, Blocks, Kind, Switch, Topology};
@@ -108,6 +111,14 @@ pub struct Placement {
 /// Parse NODEMAP: `NODENAME INSTANCE_ID` per line, `#` comments, blank lines skipped.
 /// A node or an instance named twice is an error (one of the two would be misplaced).
 pub fn parse_nodemap(text: &str) -> Result<Vec<(String, String)>, PlacementError> {
+    Ok(nodemap_entries(text)?
+        .into_iter()
+        .map(|(node, id)| (node.to_string(), id.to_string()))
+        .collect())
+}
+
+/// [`parse_nodemap`], borrowing from `text`.
+fn nodemap_entries(text: &str) -> Result<Vec<(&str, &str)>, PlacementError> {
     let mut out = Vec::new();
     // Keys borrowed from `text`, hashed with Fx (the admin's own file: no untrusted
     // input to flood the table with collisions).
@@ -120,8 +131,8 @@ pub fn parse_nodemap(text: &str) -> Result<Vec<(String, String)>, PlacementError
         if content.is_empty() {
             continue;
         }
-        let fields: Vec<&str> = content.split_whitespace().collect();
-        let [node, id] = fields[..] else {
+        let mut fields = content.split_whitespace();
+        let (Some(node), Some(id), None) = (fields.next(), fields.next(), fields.next()) else {
             return Err(err("expected NODENAME INSTANCE_ID".into()));
         };
         if node.bytes().any(|b| matches!(b, b'[' | b']' | b',')) {
@@ -135,7 +146,7 @@ pub fn parse_nodemap(text: &str) -> Result<Vec<(String, String)>, PlacementError
         if let Some(prev) = ids.insert(id, line) {
             return Err(err(format!("instance {id} already mapped on line {prev}")));
         }
-        out.push((node.to_string(), id.to_string()));
+        out.push((node, id));
     }
     if out.is_empty() {
         return Err(PlacementError::Empty);
@@ -290,21 +301,80 @@ impl Doc<'_> {
 
 /// An instance as the vendor files give it: the file it came from, and its path or
 /// why it has none (an error only if the NODEMAP names it).
-type Found = (String, Result<Unit, String>);
+type Found<'f> = (&'f str, Result<Unit, String>);
 
 /// An instance's network path and its block key ([`NodePlace`]).
 type Unit = (Vec<String>, Vec<String>);
+
+/// An AWS instance's unit from its `NetworkNodes` (outermost first) and
+/// `CapacityBlockId` (an empty one is none).
+fn aws_unit(nodes: Vec<String>, capacity_block: Option<String>) -> Result<Unit, String> {
+    if nodes.is_empty() {
+        return Err("no NetworkNodes (type without topology, or not running)".into());
+    }
+    // The capacity block (an UltraServer's NVLink domain) is one block wherever its
+    // instances sit in the network; instances without one are blocked by their leaf
+    // network node.
+    let block = match capacity_block.filter(|c| !c.is_empty()) {
+        Some(cb) => vec![format!("CapacityBlockId {cb}")],
+        None => nodes.clone(),
+    };
+    Ok((nodes, block))
+}
+
+/// The rdmaTopologyData fields of an OCI instance, outermost first.
+const OCI_FIELDS: [&str; 4] = [
+    "customerHPCIslandId",
+    "customerNetworkBlock",
+    "customerLocalBlock",
+    // GB200/GB300 racks: the rack's NVLink domain, a block inside the local block.
+    "customerGpuMemoryFabric",
+];
+
+/// An OCI instance's unit from its first three [`OCI_FIELDS`]; `memory_fabric` gives the
+/// fourth (an empty one is none), asked only when the three are there.
+fn oci_unit(
+    [island, network, local]: [Option<String>; 3],
+    memory_fabric: impl FnOnce() -> Result<Option<String>, PlacementError>,
+) -> Result<Result<Unit, String>, PlacementError> {
+    Ok(match (island, network, local) {
+        (Some(a), Some(b), Some(c)) => {
+            let mut p = vec![a, b, c];
+            p.extend(memory_fabric()?.filter(|f| !f.is_empty()));
+            Ok((p.clone(), p))
+        }
+        _ => Err("rdmaTopologyData lacks customerHPCIslandId, customerNetworkBlock or customerLocalBlock".into()),
+    })
+}
+
+/// A GCP instance's unit from its physicalHost.
+fn gcp_unit(host: &str) -> Result<Unit, String> {
+    // GCP documents `/blockId/subBlockId/hostId`; the leading `/` is optional here, as
+    // tools print it either way.
+    let parts: Vec<&str> = host.strip_prefix('/').unwrap_or(host).split('/').collect();
+    match parts[..] {
+        [block, sub_block, host_id]
+            if [block, sub_block, host_id].iter().all(|c| !c.is_empty()) =>
+        {
+            let p = vec![block.to_string(), sub_block.to_string()];
+            Ok((p.clone(), p))
+        }
+        _ => Err(format!(
+            "physicalHost {host:?} is not blockId/subBlockId/hostId"
+        )),
+    }
+}
 
 /// Each instance's path from the vendor files (`(file name, text)`), keyed by instance
 /// id. Only entries the NODEMAP names are checked, so an account-wide export with
 /// instances of other clusters still works; a malformed entry of a mapped instance is
 /// an error naming it.
-fn instance_paths(
+fn instance_paths<'f>(
     source: Source,
-    files: &[(String, String)],
-) -> Result<FxHashMap<String, Found>, PlacementError> {
-    let mut out: FxHashMap<String, Found> = FxHashMap::default();
-    let mut put = |file: &str, id: String, path: Result<Unit, String>| {
+    files: &'f [(String, String)],
+) -> Result<FxHashMap<String, Found<'f>>, PlacementError> {
+    let mut out: FxHashMap<String, Found<'f>> = FxHashMap::default();
+    let mut put = |file: &'f str, id: String, path: Result<Unit, String>| {
         let path = path.and_then(|(p, b)| {
             if p.iter().chain(&b).any(|c| c.trim().is_empty()) {
                 Err("an empty unit id".to_string())
@@ -314,19 +384,34 @@ fn instance_paths(
                 Ok((p, b))
             }
         });
-        match out.get(&id) {
-            Some((_, prev)) if *prev != path => Err(PlacementError::Entry {
-                file: file.to_string(),
-                id,
-                message: "listed twice with different placement".into(),
-            }),
-            _ => {
-                out.insert(id, (file.to_string(), path));
+        match out.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) if e.get().1 != path => {
+                Err(PlacementError::Entry {
+                    file: file.to_string(),
+                    id: e.key().clone(),
+                    message: "listed twice with different placement".into(),
+                })
+            }
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                *e.get_mut() = (file, path);
+                Ok(())
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert((file, path));
                 Ok(())
             }
         }
     };
     for (file, text) in files {
+        let file = file.as_str();
+        // The typed reader takes well-formed files; anything it does not take, the
+        // Value walk below reads again, for its error naming the field.
+        if let Some(found) = fast::instances(source, text) {
+            for (id, path) in found {
+                put(file, id, path)?;
+            }
+            continue;
+        }
         let doc = Doc { file };
         match source {
             Source::Aws => {
@@ -357,22 +442,8 @@ fn instance_paths(
                             return Err(doc.err(&format!("{at}NetworkNodes"), "a list or null"));
                         }
                     };
-                    let cb = doc
-                        .opt_str(o, "CapacityBlockId", &at)?
-                        .filter(|c| !c.is_empty());
-                    let p = if nodes.is_empty() {
-                        Err("no NetworkNodes (type without topology, or not running)".into())
-                    } else {
-                        // The capacity block (an UltraServer's NVLink domain) is one
-                        // block wherever its instances sit in the network; instances
-                        // without one are blocked by their leaf network node.
-                        let block = match cb {
-                            Some(cb) => vec![format!("CapacityBlockId {cb}")],
-                            None => nodes.clone(),
-                        };
-                        Ok((nodes, block))
-                    };
-                    put(file, id, p)?;
+                    let cb = doc.opt_str(o, "CapacityBlockId", &at)?;
+                    put(file, id, aws_unit(nodes, cb))?;
                 }
             }
             Source::Oci => {
@@ -381,20 +452,14 @@ fn instance_paths(
                     let at = format!("{id}.");
                     let r = doc.object(r, id)?;
                     let field = |k: &str| doc.opt_str(r, k, &at);
-                    let p = match (
-                        field("customerHPCIslandId")?,
-                        field("customerNetworkBlock")?,
-                        field("customerLocalBlock")?,
-                    ) {
-                        (Some(a), Some(b), Some(c)) => {
-                            let mut p = vec![a, b, c];
-                            // GB200/GB300 racks: the rack's NVLink domain, a block inside
-                            // the local block.
-                            p.extend(field("customerGpuMemoryFabric")?.filter(|f| !f.is_empty()));
-                            Ok((p.clone(), p))
-                        }
-                        _ => Err("rdmaTopologyData lacks customerHPCIslandId, customerNetworkBlock or customerLocalBlock".into()),
-                    };
+                    let p = oci_unit(
+                        [
+                            field(OCI_FIELDS[0])?,
+                            field(OCI_FIELDS[1])?,
+                            field(OCI_FIELDS[2])?,
+                        ],
+                        || field(OCI_FIELDS[3]),
+                    )?;
                     put(file, id.clone(), p)?;
                 }
             }
@@ -404,22 +469,7 @@ fn instance_paths(
                     let host = host
                         .as_str()
                         .ok_or_else(|| doc.err(id, "a physicalHost string"))?;
-                    // GCP documents `/blockId/subBlockId/hostId`; the leading `/` is
-                    // optional here, as tools print it either way.
-                    let parts: Vec<&str> =
-                        host.strip_prefix('/').unwrap_or(host).split('/').collect();
-                    let p = match parts[..] {
-                        [block, sub_block, host_id]
-                            if [block, sub_block, host_id].iter().all(|c| !c.is_empty()) =>
-                        {
-                            let p = vec![block.to_string(), sub_block.to_string()];
-                            Ok((p.clone(), p))
-                        }
-                        _ => Err(format!(
-                            "physicalHost {host:?} is not blockId/subBlockId/hostId"
-                        )),
-                    };
-                    put(file, id.clone(), p)?;
+                    put(file, id.clone(), gcp_unit(host))?;
                 }
             }
             Source::Nvlink => {
@@ -462,6 +512,229 @@ fn instance_paths(
     Ok(out)
 }
 
+/// The typed reader of the AWS, OCI and GCP files: the fields the Value walk reads,
+/// with the same outcome wherever it answers, without building and dropping a
+/// `serde_json::Value` of the whole file (on 16k instances that was half of `conf
+/// topology`). It answers only for a file the walk reads without an error, the same
+/// entries in the same order: objects as serde_json's Value keeps them (a key given
+/// twice: its last value; OCI and GCP ids in key order), every other field skipped with
+/// [`Skip`], which reads numbers as Value does. Anything else is None, and the walk
+/// reads the file again for its error.
+mod fast {
+    use super::*;
+
+    /// A string, borrowed from the text where it has no escapes.
+    #[derive(PartialEq, Eq, PartialOrd, Ord)]
+    struct Str<'a>(Cow<'a, str>);
+
+    impl<'de> Deserialize<'de> for Str<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = Str<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Str<'de>, E> {
+                    Ok(Str(Cow::Borrowed(s)))
+                }
+                fn visit_str<E: de::Error>(self, s: &str) -> Result<Str<'de>, E> {
+                    Ok(Str(Cow::Owned(s.to_string())))
+                }
+            }
+            d.deserialize_str(V)
+        }
+    }
+
+    fn owned(s: Option<Str>) -> Option<String> {
+        s.map(|s| s.0.into_owned())
+    }
+
+    /// Any JSON value, dropped. Read with `deserialize_any`, so a number past f64's range
+    /// is refused here as Value refuses it (serde's IgnoredAny would take it).
+    struct Skip;
+
+    impl<'de> Deserialize<'de> for Skip {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(Skip)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Skip {
+        type Value = Skip;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any value")
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+            while seq.next_element::<Skip>()?.is_some() {}
+            Ok(Skip)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+            while map.next_entry::<Skip, Skip>()?.is_some() {}
+            Ok(Skip)
+        }
+    }
+
+    /// One AWS instance: InstanceId, NetworkNodes, CapacityBlockId (null: absent).
+    struct AwsInstance<'a> {
+        id: Option<Str<'a>>,
+        nodes: Option<Vec<Str<'a>>>,
+        capacity_block: Option<Str<'a>>,
+    }
+
+    impl<'de> Deserialize<'de> for AwsInstance<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = AwsInstance<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an instance object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut i = AwsInstance {
+                        id: None,
+                        nodes: None,
+                        capacity_block: None,
+                    };
+                    while let Some(key) = map.next_key::<Str>()? {
+                        match &*key.0 {
+                            "InstanceId" => i.id = map.next_value()?,
+                            "NetworkNodes" => i.nodes = map.next_value()?,
+                            "CapacityBlockId" => i.capacity_block = map.next_value()?,
+                            _ => {
+                                map.next_value::<Skip>()?;
+                            }
+                        }
+                    }
+                    Ok(i)
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    /// An AWS file's `Instances` (absent: None).
+    struct AwsFile<'a>(Option<Vec<AwsInstance<'a>>>);
+
+    impl<'de> Deserialize<'de> for AwsFile<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = AwsFile<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut file = AwsFile(None);
+                    while let Some(key) = map.next_key::<Str>()? {
+                        if key.0 == "Instances" {
+                            file.0 = Some(map.next_value()?);
+                        } else {
+                            map.next_value::<Skip>()?;
+                        }
+                    }
+                    Ok(file)
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    /// An OCI instance's [`OCI_FIELDS`] (null: absent).
+    struct OciEntry<'a>([Option<Str<'a>>; 4]);
+
+    impl<'de> Deserialize<'de> for OciEntry<'de> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> Visitor<'de> for V {
+                type Value = OciEntry<'de>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("an rdmaTopologyData object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                    let mut e = OciEntry([None, None, None, None]);
+                    while let Some(key) = map.next_key::<Str>()? {
+                        match OCI_FIELDS.iter().position(|f| *f == key.0) {
+                            Some(i) => e.0[i] = map.next_value()?,
+                            None => {
+                                map.next_value::<Skip>()?;
+                            }
+                        }
+                    }
+                    Ok(e)
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+
+    fn owned_list(list: Option<Vec<Str>>) -> Vec<String> {
+        list.unwrap_or_default()
+            .into_iter()
+            .map(|s| s.0.into_owned())
+            .collect()
+    }
+
+    /// Each instance's id and unit, in the order the Value walk puts them, or None where
+    /// the walk would stop with an error (or the file is not one this reader takes).
+    pub(super) fn instances(
+        source: Source,
+        text: &str,
+    ) -> Option<Vec<(String, Result<Unit, String>)>> {
+        match source {
+            Source::Aws => {
+                let AwsFile(Some(list)) = serde_json::from_str(text).ok()? else {
+                    return None;
+                };
+                list.into_iter()
+                    .map(|i| {
+                        let id = i.id?.0.into_owned();
+                        Some((id, aws_unit(owned_list(i.nodes), owned(i.capacity_block))))
+                    })
+                    .collect()
+            }
+            Source::Oci => {
+                // Key order, a key given twice keeping its last value: serde_json's Map.
+                let map: BTreeMap<Str, OciEntry> = serde_json::from_str(text).ok()?;
+                map.into_iter()
+                    .map(|(id, OciEntry([a, b, c, d]))| {
+                        let unit = oci_unit([owned(a), owned(b), owned(c)], || Ok(owned(d)));
+                        Some((id.0.into_owned(), unit.ok()?))
+                    })
+                    .collect()
+            }
+            Source::Gcp => {
+                let map: BTreeMap<Str, Str> = serde_json::from_str(text).ok()?;
+                Some(
+                    map.into_iter()
+                        .map(|(id, host)| (id.0.into_owned(), gcp_unit(&host.0)))
+                        .collect(),
+                )
+            }
+            // Typed already (NodeFacts).
+            Source::Nvlink => None,
+        }
+    }
+}
+
 /// Every NODEMAP node with its path, in NODEMAP order; a node without one is an error.
 pub fn place(
     source: Source,
@@ -479,31 +752,38 @@ pub fn place_with(
     nodemap: &str,
     unplaced: Unplaced,
 ) -> Result<Placement, PlacementError> {
-    let map = parse_nodemap(nodemap)?;
+    let map = nodemap_entries(nodemap)?;
     let mut paths = instance_paths(source, files)?;
-    let mut out = Placement::default();
-    // parse_nodemap refuses an instance named twice, so each entry is taken (moved,
+    let mut out = Placement {
+        placed: Vec::with_capacity(map.len()),
+        unplaced: Vec::new(),
+    };
+    // nodemap_entries refuses an instance named twice, so each entry is taken (moved,
     // not cloned) at most once.
     for (node, id) in map {
-        let e = match paths.remove(&id) {
+        let e = match paths.remove(id) {
             None => PlacementError::Unknown {
-                node: node.clone(),
-                id,
+                node: node.to_string(),
+                id: id.to_string(),
                 source_name: source.name(),
             },
             Some((file, Err(message))) => PlacementError::Entry {
-                file,
-                id,
+                file: file.to_string(),
+                id: id.to_string(),
                 message: format!("{message} (node {node})"),
             },
             Some((_, Ok((path, block)))) => {
-                out.placed.push(NodePlace { node, path, block });
+                out.placed.push(NodePlace {
+                    node: node.to_string(),
+                    path,
+                    block,
+                });
                 continue;
             }
         };
         match unplaced {
             Unplaced::Refuse => return Err(e),
-            Unplaced::Isolate => out.unplaced.push((node, e.to_string())),
+            Unplaced::Isolate => out.unplaced.push((node.to_string(), e.to_string())),
         }
     }
     if out.placed.is_empty() {
@@ -755,6 +1035,31 @@ mod tests {
       {"InstanceId":"i-9","InstanceType":"m5.large","NetworkNodes":[]}
     ],"NextToken":null}"#;
     const MAP: &str = "# node instance\ngpu1 i-1\ngpu2 i-2\ngpu3 i-3\ngpu4 i-4\n";
+
+    #[test]
+    fn typed_reader_agrees_with_the_value_walk() {
+        // Taken: escapes, null, a key given twice (the last wins), unknown fields of
+        // every kind.
+        let oci = r#"{"ocid\u0031":{"customerHPCIslandId":"x","customerHPCIslandId":"i",
+          "customerNetworkBlock":"n","customerLocalBlock":"l","customerGpuMemoryFabric":null,
+          "other":[1,-2.5e3,{"a":true,"b":null}]}}"#;
+        assert!(fast::instances(Source::Oci, oci).is_some());
+        let p = place(Source::Oci, &f(oci), "n1 ocid1\n").expect("placed");
+        assert_eq!(p[0].path, ["i", "n", "l"]);
+        // Refused by the typed reader, so the walk answers: a number past f64's range in
+        // a field nobody reads (Value refuses it), a wrong type (the walk names the field).
+        let aws = r#"{"Instances":[{"InstanceId":"i-1","NetworkNodes":["a"],"X":1e400}]}"#;
+        assert!(fast::instances(Source::Aws, aws).is_none());
+        let e = place(Source::Aws, &f(aws), "n1 i-1\n").expect_err("not JSON");
+        assert!(e.to_string().contains("not JSON"), "{e}");
+        let gcp = r#"{"a":"/b/s/h","c":3}"#;
+        assert!(fast::instances(Source::Gcp, gcp).is_none());
+        let e = place(Source::Gcp, &f(gcp), "n1 a\n").expect_err("a number");
+        assert!(
+            e.to_string().contains("c: expected a physicalHost string"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn aws_blocks_and_tree() {

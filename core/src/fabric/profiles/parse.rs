@@ -1,6 +1,8 @@
 //! The profile file format (serde) and its checks: every value validated, every error
 //! naming the file and line. Pure: file contents in, [`Profiles`] out.
 
+use std::cell::Cell;
+
 use serde::Deserialize;
 
 use super::super::template::{self, Scope};
@@ -78,9 +80,51 @@ struct VarDoc {
     topology_check: bool,
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
-    text.get(..offset)
-        .map_or(1, |t| t.matches('\n').count() + 1)
+/// Where in one file an error is: the file's name and a line counter over its text.
+/// Phases ask for lines in file order (the `[[env]]` keys come one after another), so
+/// the counter goes on from the last offset asked rather than rescanning from the top
+/// for every variable; an offset before it starts over.
+struct Place<'a> {
+    file: &'a str,
+    text: &'a str,
+    /// The last offset asked and its line.
+    last: Cell<(usize, usize)>,
+}
+
+impl<'a> Place<'a> {
+    fn new(file: &'a str, text: &'a str) -> Self {
+        Self {
+            file,
+            text,
+            last: Cell::new((0, 1)),
+        }
+    }
+
+    /// The 1-based line of byte `offset` (1 where the offset is not in the text).
+    fn line(&self, offset: usize) -> usize {
+        let (mut from, mut line) = self.last.get();
+        if offset < from {
+            (from, line) = (0, 1);
+        }
+        let Some(gap) = self.text.get(from..offset) else {
+            return 1;
+        };
+        line += gap.bytes().filter(|&b| b == b'\n').count();
+        self.last.set((offset, line));
+        line
+    }
+
+    fn at(&self, offset: usize, message: String) -> ProfileError {
+        self.on_line(self.line(offset), message)
+    }
+
+    fn on_line(&self, line: usize, message: String) -> ProfileError {
+        ProfileError::At {
+            file: self.file.to_string(),
+            line,
+            message,
+        }
+    }
 }
 
 /// A `[match] fabric` entry: a NIC kind, or `none` for "no fabric NIC at all".
@@ -91,69 +135,107 @@ fn kind_from(text: &str) -> Option<Option<NicKind>> {
     }
 }
 
-/// Parse one profile file. `file` names it in errors.
+/// Parse one profile file. `file` names it in errors. The phases run in this order, so
+/// a file with several problems always reports the same first one.
 pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
-    let at = |offset: usize, message: String| ProfileError::At {
-        file: file.to_string(),
-        line: line_of(text, offset),
-        message,
-    };
-    let doc: FileDoc = toml::from_str(text).map_err(|e| {
-        let offset = e.span().map_or(0, |s| s.start);
-        at(offset, e.message().trim().to_string())
-    })?;
+    let place = Place::new(file, text);
+    let doc = read_doc(text, &place)?;
+    let vendor = match_vendor(doc.rules.vendor.as_ref(), &place)?;
+    check_families(&doc.rules.family, vendor.as_deref(), &place)?;
+    let fabric = match_fabric(&doc.rules.fabric, &place)?;
+    let kinds = fabric_kinds(&doc.fabric.kinds, &place)?;
+    let vars = env_vars(doc.env, &place)?;
+    let gpu = pci_ids(&doc.rules.gpu, "GPU", &place)?;
+    let nic = pci_ids(&doc.rules.nic, "NIC", &place)?;
+    Ok(Profile {
+        name: profile_name(file),
+        description: doc.description,
+        priority: doc.priority,
+        rules: MatchRules {
+            vendor,
+            family: doc
+                .rules
+                .family
+                .into_iter()
+                .map(toml::Spanned::into_inner)
+                .collect(),
+            instance: doc.rules.instance,
+            gpu,
+            nic,
+            fabric,
+        },
+        fabric: FabricFilter {
+            kinds,
+            exclude_netdevs: doc.fabric.exclude_netdevs,
+        },
+        vars,
+    })
+}
 
-    let pci_ids = |list: &[toml::Spanned<String>], what: &str| {
-        list.iter()
-            .map(|s| {
-                PciIdPattern::parse(s.get_ref()).ok_or_else(|| {
-                    at(
-                        s.span().start,
-                        format!("bad {what} id {:?}: expected vendor:device in hex, e.g. 10de:2330 or 15b3:*", s.get_ref()),
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()
+/// The TOML document, its shape checked by serde (unknown keys, wrong types).
+fn read_doc(text: &str, place: &Place) -> Result<FileDoc, ProfileError> {
+    toml::from_str(text).map_err(|e| {
+        let offset = e.span().map_or(0, |s| s.start);
+        place.at(offset, e.message().trim().to_string())
+    })
+}
+
+/// `[match] vendor`, one detection names, in its canonical spelling.
+fn match_vendor(
+    vendor: Option<&toml::Spanned<String>>,
+    place: &Place,
+) -> Result<Option<String>, ProfileError> {
+    let Some(v) = vendor else {
+        return Ok(None);
     };
-    let vendor = match &doc.rules.vendor {
-        Some(v) => {
-            let Some(vendor) = Vendor::parse(v.get_ref()) else {
-                return Err(at(
-                    v.span().start,
-                    format!(
-                        "unknown vendor {:?}: expected {}",
-                        v.get_ref(),
-                        Vendor::expected()
-                    ),
-                ));
-            };
-            Some(vendor.as_str().to_string())
-        }
-        None => None,
-    };
-    // A family detection never names would silently never match (`ndv6` for `ndv5`).
-    // AWS families come from the DMI product name too, so an AWS profile may name any.
-    if vendor.as_deref() != Some(Vendor::Aws.as_str()) {
-        for f in &doc.rules.family {
-            if !detect::family::ALL.contains(&f.get_ref().as_str()) {
-                return Err(at(
-                    f.span().start,
-                    format!(
-                        "unknown instance family {:?}: detection names {} (an AWS family from DMI needs vendor = \"aws\")",
-                        f.get_ref(),
-                        detect::family::ALL.join(", ")
-                    ),
-                ));
-            }
-        }
+    match Vendor::parse(v.get_ref()) {
+        Some(vendor) => Ok(Some(vendor.as_str().to_string())),
+        None => Err(place.at(
+            v.span().start,
+            format!(
+                "unknown vendor {:?}: expected {}",
+                v.get_ref(),
+                Vendor::expected()
+            ),
+        )),
     }
-    let fabric = doc
-        .rules
-        .fabric
+}
+
+/// A family detection never names would silently never match (`ndv6` for `ndv5`).
+/// AWS families come from the DMI product name too, so an AWS profile may name any.
+fn check_families(
+    families: &[toml::Spanned<String>],
+    vendor: Option<&str>,
+    place: &Place,
+) -> Result<(), ProfileError> {
+    if vendor == Some(Vendor::Aws.as_str()) {
+        return Ok(());
+    }
+    match families
         .iter()
+        .find(|f| !detect::family::ALL.contains(&f.get_ref().as_str()))
+    {
+        Some(f) => Err(place.at(
+            f.span().start,
+            format!(
+                "unknown instance family {:?}: detection names {} (an AWS family from DMI needs vendor = \"aws\")",
+                f.get_ref(),
+                detect::family::ALL.join(", ")
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `[match] fabric`: NIC kinds, `none` standing for "no fabric NIC at all".
+fn match_fabric(
+    list: &[toml::Spanned<String>],
+    place: &Place,
+) -> Result<Vec<Option<NicKind>>, ProfileError> {
+    list.iter()
         .map(|s| {
             kind_from(s.get_ref()).ok_or_else(|| {
-                at(
+                place.at(
                     s.span().start,
                     format!(
                         "unknown fabric kind {:?}: expected {}, or none",
@@ -163,14 +245,18 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
                 )
             })
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let kinds = doc
-        .fabric
-        .kinds
-        .iter()
+        .collect()
+}
+
+/// `[fabric] kinds`: NIC kinds only (`none` filters nothing).
+fn fabric_kinds(
+    list: &[toml::Spanned<String>],
+    place: &Place,
+) -> Result<Vec<NicKind>, ProfileError> {
+    list.iter()
         .map(|s| match kind_from(s.get_ref()) {
             Some(Some(k)) => Ok(k),
-            _ => Err(at(
+            _ => Err(place.at(
                 s.span().start,
                 format!(
                     "unknown NIC kind {:?}: expected {}",
@@ -179,17 +265,16 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
                 ),
             )),
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect()
+}
 
-    let mut vars: Vec<Var> = Vec::new();
-    for v in doc.env {
+/// The `[[env]]` variables, each checked and numbered with its key's line.
+fn env_vars(env: Vec<VarDoc>, place: &Place) -> Result<Vec<Var>, ProfileError> {
+    let mut vars: Vec<Var> = Vec::with_capacity(env.len());
+    for v in env {
         let key = v.key.get_ref().trim().to_string();
-        let line = line_of(text, v.key.span().start);
-        let err = |message: String| ProfileError::At {
-            file: file.to_string(),
-            line,
-            message,
-        };
+        let line = place.line(v.key.span().start);
+        let err = |message: String| place.on_line(line, message);
         if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(err(format!("bad variable name {key:?}")));
         }
@@ -207,7 +292,7 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
             )));
         }
         template::check(v.value.get_ref(), v.scope)
-            .map_err(|e| at(v.value.span().start, format!("variable {key}: {e}")))?;
+            .map_err(|e| place.at(v.value.span().start, format!("variable {key}: {e}")))?;
         if v.topology_check && key != "NCCL_TOPO_FILE" {
             return Err(err(format!(
                 "topology_check applies to NCCL_TOPO_FILE only, not {key}"
@@ -224,32 +309,34 @@ pub fn parse_profile(file: &str, text: &str) -> Result<Profile, ProfileError> {
             line,
         });
     }
+    Ok(vars)
+}
 
+/// `[match] gpu` / `nic` ids, `vendor:device` in hex (`*` for any device).
+fn pci_ids(
+    list: &[toml::Spanned<String>],
+    what: &str,
+    place: &Place,
+) -> Result<Vec<PciIdPattern>, ProfileError> {
+    list.iter()
+        .map(|s| {
+            PciIdPattern::parse(s.get_ref()).ok_or_else(|| {
+                place.at(
+                    s.span().start,
+                    format!(
+                        "bad {what} id {:?}: expected vendor:device in hex, e.g. 10de:2330 or 15b3:*",
+                        s.get_ref()
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The profile's name: the file's, without directory or `.toml`.
+fn profile_name(file: &str) -> String {
     let name = file.rsplit('/').next().unwrap_or(file);
-    let name = name.strip_suffix(".toml").unwrap_or(name).to_string();
-    Ok(Profile {
-        name,
-        description: doc.description,
-        priority: doc.priority,
-        rules: MatchRules {
-            vendor,
-            family: doc
-                .rules
-                .family
-                .into_iter()
-                .map(toml::Spanned::into_inner)
-                .collect(),
-            instance: doc.rules.instance,
-            gpu: pci_ids(&doc.rules.gpu, "GPU")?,
-            nic: pci_ids(&doc.rules.nic, "NIC")?,
-            fabric,
-        },
-        fabric: FabricFilter {
-            kinds,
-            exclude_netdevs: doc.fabric.exclude_netdevs,
-        },
-        vars,
-    })
+    name.strip_suffix(".toml").unwrap_or(name).to_string()
 }
 
 /// Load profiles from (file name, contents) pairs, in order: a later file with the same
@@ -268,6 +355,20 @@ pub fn load(files: &[(String, String)]) -> Result<Profiles, ProfileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn line_counter_matches_a_count_from_the_top() {
+        let text = "a\nbb\n\nccc\né\n";
+        let place = Place::new("f.toml", text);
+        let from_top = |offset: usize| {
+            text.get(..offset)
+                .map_or(1, |t| t.bytes().filter(|&b| b == b'\n').count() + 1)
+        };
+        // Onward, backward (the counter starts over), past the end and inside `é`.
+        for offset in [0, 1, 2, 5, 6, 7, 11, 3, 12, 14, 15, 100, 13, 4] {
+            assert_eq!(place.line(offset), from_top(offset), "offset {offset}");
+        }
+    }
 
     #[test]
     fn malformed_profile_names_file_and_line() {
