@@ -61,8 +61,9 @@ fn looks_like_setting(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{self, DEFAULT_CHECKPOINT_PROBE_MIB, DEFAULT_RUN_DIR};
-    use crate::fabric::profiles::DEFAULT_PROFILE_DIR;
+    use crate::config::{
+        self, DEFAULT_ACTIVE_TIMEOUT_S, DEFAULT_CHECKPOINT_PROBE_MIB, FabricConfig, PluginConfig,
+    };
     use crate::health::drain::DrainPolicy;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::{Path, PathBuf};
@@ -100,46 +101,51 @@ mod tests {
         assert_eq!(config::parse(TEXT), Ok(config::Config::default()));
 
         let p = &c.plugin;
-        assert_eq!(p.default, Some(config::Choice::Off));
+        assert_eq!(p.default, Some(PluginConfig::DEFAULT));
         assert_eq!(p.enforce, None);
-        assert_eq!(p.sysfs_root.as_deref(), Some(Path::new("/")));
-        assert_eq!(p.run_dir, Some(PathBuf::from(DEFAULT_RUN_DIR)));
-        assert_eq!((&p.gres_conf, &p.topology), (&None, &None));
-        assert_eq!(p.switch_level, Some(0));
-        assert!(c.fabric.force.is_empty());
         assert_eq!(
-            c.fabric.profiles_dir,
-            Some(PathBuf::from(DEFAULT_PROFILE_DIR))
+            p.sysfs_root.as_deref(),
+            Some(Path::new(PluginConfig::SYSFS_ROOT))
         );
-
-        let h = &c.health;
-        let drain = DrainPolicy::default();
-        assert_eq!(h.max_share, Some(drain.max_share));
-        assert_eq!(h.resume_after, Some(drain.resume_after));
-        assert_eq!(h.handoff, Some(drain.handoff));
+        assert_eq!(p.run_dir, Some(PathBuf::from(PluginConfig::RUN_DIR)));
+        assert_eq!((&p.gres_conf, &p.topology), (&None, &None));
+        assert_eq!(p.switch_level, Some(PluginConfig::SWITCH_LEVEL));
+        let f = &c.fabric;
+        assert!(f.force.is_empty());
         assert_eq!(
-            h.leftover_memory_mib.map(u64::from),
+            f.profiles_dir,
+            Some(PathBuf::from(FabricConfig::PROFILES_DIR))
+        );
+        assert_eq!(f.flap_strikes, Some(FabricConfig::FLAP_STRIKES));
+
+        let drain = DrainPolicy::default();
+        assert_eq!(c.drain.max_share, Some(drain.max_share));
+        assert_eq!(c.drain.resume_after, Some(drain.resume_after));
+        assert_eq!(c.drain.handoff, Some(drain.handoff));
+        assert_eq!(
+            c.gpu.leftover_memory_mib.map(u64::from),
             Some(crate::health::DEFAULT_LEFTOVER_MEMORY_MIB)
         );
-        assert_eq!(h.nvml, Some(true));
+        assert_eq!(c.gpu.nvml, Some(true));
         // No checkpoint probe by default, so its size is prose; the prose says the default.
-        assert_eq!(h.checkpoint, None);
+        assert_eq!(c.storage.checkpoint(), None);
         assert!(TEXT.contains(&format!("default {DEFAULT_CHECKPOINT_PROBE_MIB})")));
+        // `[active]`: off; the bound shown is the one applied.
+        let a = &c.active;
+        assert_eq!((a.dcgm_diag_level, a.in_prolog), (0, false));
+        assert_eq!(a.timeout_s, Some(DEFAULT_ACTIVE_TIMEOUT_S));
+        assert_eq!((&a.dcgmi, &a.all_reduce_perf), (&None, &None));
         // The keys without a default stay unset.
         assert_eq!(
-            (h.gpu_expected, h.expected_nics, h.port_rate_gbps),
+            (c.gpu.expected, f.expected_nics, f.port_rate_gbps),
             (None, None, None)
         );
-        assert_eq!((&h.persistence, &h.driver), (&None, &None));
-        assert!(h.mounts.is_empty());
-        assert_eq!(
-            (&h.slurm_bin_dir, &h.slurm_conf, &h.gres_conf),
-            (&None, &None, &None)
-        );
-        assert_eq!((&h.textfile, &h.dcgm_job_mapping_dir), (&None, &None));
-        // root, state_dir, flap_strikes and the NVML library are the node programs'
-        // defaults: gpu_affinity_node's own test compares them.
-        assert!(h.root.is_some() && h.state_dir.is_some());
-        assert!(h.flap_strikes.is_some() && h.nvml_library.is_some());
+        assert_eq!((&c.gpu.persistence, &c.gpu.driver), (&None, &None));
+        assert!(c.storage.mount.is_empty());
+        assert_eq!(c.slurm, config::SlurmConfig::default());
+        assert_eq!(c.metrics, config::MetricsConfig::default());
+        // root, state_dir and the NVML library are the node programs' defaults:
+        // gpu_affinity_node's own test compares them.
+        assert!(c.root.is_some() && c.state_dir.is_some() && c.nvml.library.is_some());
     }
 }

@@ -147,10 +147,10 @@ pub fn slurm_gpus(
     cfg: &Config,
     node: &str,
 ) -> Result<SlurmGpus, String> {
-    let gres_conf = cfg.health.gres_conf.as_deref();
+    let gres_conf = cfg.slurm.gres_conf.as_deref();
     let slurm_conf = cfg
-        .health
-        .slurm_conf
+        .slurm
+        .conf
         .clone()
         .or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from));
     let path = gres_conf.map_or_else(|| gres_conf_path(slurm_conf.as_deref()), Path::to_path_buf);
@@ -206,35 +206,33 @@ pub fn job_gpus(numbering: &SlurmGpus, env: Option<&str>) -> Result<Option<JobGp
 
 /// `root`: the filesystem root the checks read; "/" unset.
 fn root_of(c: &Config) -> PathBuf {
-    c.health.root.clone().unwrap_or_else(|| PathBuf::from("/"))
+    c.root.clone().unwrap_or_else(|| PathBuf::from("/"))
 }
 
 /// `state_dir`, else [`state::DEFAULT_STATE_DIR`].
 fn state_dir_of(c: &Config) -> PathBuf {
-    c.health
-        .state_dir
+    c.state_dir
         .clone()
         .unwrap_or_else(|| PathBuf::from(state::DEFAULT_STATE_DIR))
 }
 
-/// `[fabric] flap_strikes` unset.
-const DEFAULT_FLAP_STRIKES: u32 = 3;
-
 fn expect_of(c: &Config) -> Expect {
-    let h = &c.health;
+    let (gpu, fabric) = (&c.gpu, &c.fabric);
     Expect {
-        gpus: h.gpu_expected,
-        fabric_nics: h.expected_nics,
+        gpus: gpu.expected,
+        fabric_nics: fabric.expected_nics,
         fabric_nics_from: None,
-        port_rate_gbps: h.port_rate_gbps,
-        persistence: h.persistence,
-        driver: h.driver.clone(),
-        flap_strikes: h.flap_strikes.unwrap_or(DEFAULT_FLAP_STRIKES),
-        leftover_memory_mib: h
+        port_rate_gbps: fabric.port_rate_gbps,
+        persistence: gpu.persistence,
+        driver: gpu.driver.clone(),
+        flap_strikes: fabric
+            .flap_strikes
+            .unwrap_or(gpu_affinity::config::FabricConfig::FLAP_STRIKES),
+        leftover_memory_mib: gpu
             .leftover_memory_mib
             .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
-        checkpoint_floor_mbps: h.checkpoint.as_ref().and_then(|c| c.floor_mbps),
-        all_reduce_floor_gbps: h.active.all_reduce_floor_gbps,
+        checkpoint_floor_mbps: c.storage.checkpoint().and_then(|p| p.floor_mbps),
+        all_reduce_floor_gbps: c.active.all_reduce_floor_gbps,
         limits: Default::default(),
     }
 }
@@ -249,7 +247,7 @@ fn active_tests(
     rows: Option<&[NodeRow]>,
     sysfs: &Gathered<SysfsData>,
 ) -> (Gathered<DcgmDiag>, Gathered<AllReduce>) {
-    let a = &cfg.health.active;
+    let a = &cfg.active;
     let dcgmi = a.dcgmi.as_ref().filter(|_| a.dcgm_diag_level > 0);
     if dcgmi.is_none() && a.all_reduce_perf.is_none() {
         let why = "no [active] test configured";
@@ -298,9 +296,9 @@ fn active_tests(
 fn policy_of(c: &Config) -> DrainPolicy {
     let d = DrainPolicy::default();
     DrainPolicy {
-        max_share: c.health.max_share.unwrap_or(d.max_share),
-        resume_after: c.health.resume_after.unwrap_or(d.resume_after),
-        handoff: c.health.handoff.unwrap_or(d.handoff),
+        max_share: c.drain.max_share.unwrap_or(d.max_share),
+        resume_after: c.drain.resume_after.unwrap_or(d.resume_after),
+        handoff: c.drain.handoff.unwrap_or(d.handoff),
     }
 }
 
@@ -409,10 +407,10 @@ fn start_readers(
     let ms = Duration::from_millis;
     let r = root.to_path_buf();
     let sysfs = bounded::start(ms(SYSFS_BOUND_MS), move || readers::read_sysfs(&r));
-    let nvml = if cfg.health.nvml == Some(false) {
+    let nvml = if cfg.gpu.nvml == Some(false) {
         None
     } else {
-        let lib = cfg.health.nvml_library.clone();
+        let lib = cfg.nvml.library.clone();
         Some(bounded::start(ms(NVML_BOUND_MS), move || {
             crate::nvml::read_nvml(lib.as_deref())
         }))
@@ -421,7 +419,7 @@ fn start_readers(
     let kmsg = bounded::start(ms(KMSG_BOUND_MS), move || readers::read_kmsg(&r));
     // Writing a checkpoint-sized file is for the passes between jobs, not every job's
     // prolog or epilog.
-    let checkpoint = match (&cfg.health.checkpoint, program) {
+    let checkpoint = match (&cfg.storage.checkpoint(), program) {
         (Some(c), Program::Health) => {
             let (r, c, p) = (root.to_path_buf(), c.clone(), prober.clone());
             Some(bounded::start(ms(STORAGE_BOUND_MS), move || {
@@ -431,7 +429,7 @@ fn start_readers(
         _ => None,
     };
     let mounts = {
-        let (r, wanted) = (root.to_path_buf(), cfg.health.mounts.clone());
+        let (r, wanted) = (root.to_path_buf(), cfg.storage.mount.clone());
         bounded::start(ms(STORAGE_BOUND_MS + 500), move || {
             Ok(readers::read_mounts(
                 &r,
@@ -475,7 +473,7 @@ fn collect(
         mounts: readers.mounts.wait().unwrap_or_default(),
         checkpoint: match readers.checkpoint {
             Some(c) => c.wait(),
-            None if cfg.health.checkpoint.is_none() => {
+            None if cfg.storage.checkpoint_dir.is_none() => {
                 Err(Gap::Skipped("no [storage] checkpoint_dir".into()))
             }
             None => Err(Gap::Skipped("the health program's pass only".into())),
@@ -709,10 +707,7 @@ pub fn main(program: Program) -> ! {
         .as_ref()
         .map(|(dir, _)| state::load(dir))
         .unwrap_or_default();
-    let slurm = Slurm::new(
-        cfg.health.slurm_bin_dir.clone(),
-        cfg.health.slurm_conf.clone(),
-    );
+    let slurm = Slurm::new(cfg.slurm.bin_dir.clone(), cfg.slurm.conf.clone());
     if let Err(why) = slurm.bin_dir() {
         log_line(program, why);
     }
@@ -796,7 +791,8 @@ fn side_effects(
     let failing = program == Program::Prolog
         && report.verdict == Verdict::Drain
         && !matches!(action, Action::HeldBack(_));
-    if let (Some(dir), Some(gpus), Some(job)) = (&cfg.health.dcgm_job_mapping_dir, gpus, job_id()) {
+    if let (Some(dir), Some(gpus), Some(job)) = (&cfg.metrics.dcgm_job_mapping_dir, gpus, job_id())
+    {
         let done = gpu_affinity::safe_dir::open(
             dir,
             "dcgm job mapping dir",
@@ -815,7 +811,7 @@ fn side_effects(
         }
     }
     if program == Program::Health
-        && let Some(path) = &cfg.health.textfile
+        && let Some(path) = &cfg.metrics.textfile
     {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -924,12 +920,12 @@ mod tests {
         assert_eq!(root_of(&c), root_of(&none));
         assert_eq!(state_dir_of(&c), state_dir_of(&none));
         assert_eq!(
-            c.health.nvml_library.as_deref(),
+            c.nvml.library.as_deref(),
             Some(Path::new(crate::nvml::DEFAULT_LIBRARY))
         );
-        assert_eq!(c.health.nvml, Some(true));
+        assert_eq!(c.gpu.nvml, Some(true));
         // `[active]`: off, as without a config; the bound shown is the one applied.
-        let a = &c.health.active;
+        let a = &c.active;
         assert_eq!((a.dcgm_diag_level, a.in_prolog), (0, false));
         assert_eq!(
             a.timeout_s,

@@ -103,7 +103,7 @@ fn report(args: &Args) -> Result<ExitCode, CliError> {
         forced: &config.fabric.force,
         vendor_topology: &vendor_topology,
         storage: Storage {
-            configured: &config.health.mounts,
+            configured: &config.storage.mount,
             mounts: mounts.as_deref(),
         },
         slurm,
@@ -143,7 +143,7 @@ fn slurm_inputs(
     let conf_path = args
         .slurm_conf
         .clone()
-        .or_else(|| config.health.slurm_conf.clone())
+        .or_else(|| config.slurm.conf.clone())
         .or_else(|| std::env::var_os("SLURM_CONF").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(read::DEFAULT_SLURM_CONF));
     if args.slurm_conf.is_some() && !conf_path.exists() {

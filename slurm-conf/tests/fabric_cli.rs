@@ -355,7 +355,7 @@ fn an_untrusted_or_bad_config_is_refused() {
     let args = ["--config", config.as_str(), "--trusted-owner", uid.as_str()];
     refused(
         &explain_run(&source, &args, &[]),
-        &format!("config {config}:2: unknown field `forced`"),
+        &format!("config {config}:2: unknown key 'forced' in [fabric]"),
     );
     let missing = conf.path().join("absent.toml");
     let missing = missing.to_string_lossy();

@@ -6,17 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use gpu_affinity::config::{self, Config, InvalidValue, PluginKey};
-use gpu_affinity::fabric::profiles::DEFAULT_PROFILE_DIR;
+use gpu_affinity::config::{self, Config, FabricConfig, InvalidValue, PluginConfig, PluginKey};
 use gpu_affinity::solver::Mode;
 
 use crate::mode::Choice;
 
 /// Where the admin config lives when plugstack.conf names none.
 pub use gpu_affinity::config::DEFAULT_CONFIG;
-
-/// Where per-step files (a generated NCCL topology) live when nothing else is named.
-pub use gpu_affinity::config::DEFAULT_RUN_DIR;
 
 /// Hooks the `panic-test` feature can make panic (see [`Settings::test_panic`]).
 #[cfg(feature = "panic-test")]
@@ -72,18 +68,20 @@ pub struct Settings {
     pub test_panic: Option<String>,
 }
 
+/// The built-in settings: each key's default, declared beside the key in core's config
+/// (`PluginConfig::*`, `FabricConfig::*`).
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            sysfs_root: PathBuf::from("/"),
-            default: Choice::Off,
+            sysfs_root: PathBuf::from(PluginConfig::SYSFS_ROOT),
+            default: PluginConfig::DEFAULT,
             enforce: None,
             config: None,
-            profiles_dir: PathBuf::from(DEFAULT_PROFILE_DIR),
-            run_dir: PathBuf::from(DEFAULT_RUN_DIR),
+            profiles_dir: PathBuf::from(FabricConfig::PROFILES_DIR),
+            run_dir: PathBuf::from(PluginConfig::RUN_DIR),
             gres_conf: None,
             topology: None,
-            switch_level: 0,
+            switch_level: PluginConfig::SWITCH_LEVEL,
             force: Vec::new(),
             owner: 0,
             test_panic: None,

@@ -90,7 +90,7 @@ impl NvmlArgs {
             None => config::locate(self.config.as_deref(), Path::new(config::DEFAULT_CONFIG))
                 .map(|path| config::read_trusted(&path, self.trusted_owner))
                 .transpose()?
-                .and_then(|c| c.health.nvml_library),
+                .and_then(|c| c.nvml.library),
         };
         match gpu_affinity_node::bounded::within(NVML_BOUND, move || read(library.as_deref())) {
             Ok(value) => Ok(Some(value)),
