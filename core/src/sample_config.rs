@@ -118,6 +118,12 @@ mod tests {
         );
         assert_eq!(f.flap_strikes, Some(FabricConfig::FLAP_STRIKES));
 
+        // `[counters]`: every limit shown is the one applied.
+        assert_eq!(
+            c.counters.limits(),
+            crate::health::counters::Limits::default()
+        );
+        assert!(c.counters.window_s.is_some() && c.counters.link_error_recovery_rise.is_some());
         let drain = DrainPolicy::default();
         assert_eq!(c.drain.max_share, Some(drain.max_share));
         assert_eq!(c.drain.resume_after, Some(drain.resume_after));

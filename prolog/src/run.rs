@@ -233,7 +233,7 @@ fn expect_of(c: &Config) -> Expect {
             .map_or(DEFAULT_LEFTOVER_MEMORY_MIB, u64::from),
         checkpoint_floor_mbps: c.storage.checkpoint().and_then(|p| p.floor_mbps),
         all_reduce_floor_gbps: c.active.all_reduce_floor_gbps,
-        limits: Default::default(),
+        limits: c.counters.limits(),
     }
 }
 

@@ -620,6 +620,10 @@ impl Cluster {
         cmd.env_clear()
             .env("PATH", CLEAN_PATH)
             .arg("-F")
+            // Credentials name the loopback address, which every series' slurmctld looks
+            // up in /etc/hosts (24.11+ reverse-resolves each credential's origin); left to
+            // munged, a Debian root's picked 0.0.0.0, a lookup that went to DNS.
+            .arg("--origin=127.0.0.1")
             .arg(format!("--socket={}", socket.display()))
             .arg(format!("--key-file={}", key.display()))
             .arg(format!(

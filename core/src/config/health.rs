@@ -1,5 +1,5 @@
 //! The health programs' tables (gpu-affinity-prolog, -epilog and -health): `[gpu]`,
-//! `[nvml]`, `[storage]`, `[active]`, `[drain]` and `[slurm]` (examples; the defaults are
+//! `[nvml]`, `[storage]`, `[active]`, `[counters]`, `[drain]` and `[slurm]` (examples; the defaults are
 //! in packaging/config.toml, checked by `sample_config`'s tests):
 //!
 //! ```toml
@@ -52,6 +52,7 @@ use super::value::{
     Problem, abs_dir, abs_path, after_key, count, in_range, is_invalid, library, number, rate, word,
 };
 use crate::health::STORAGE_BOUND_MS;
+use crate::health::counters::Limits;
 use crate::health::drain::Handoff;
 
 /// `[gpu]`: what every GPU of the node must show.
@@ -292,6 +293,64 @@ fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
 
 fn handoff<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Handoff>, D::Error> {
     word(d, Handoff::parse, "drain, hyperpod or slurm-gcp")
+}
+
+/// `[counters]`: the error counters' window and thresholds. Unset keys: core's
+/// `health::counters::Limits::default()`, each default from a peer tool (DCGM, AzNHC,
+/// NVIDIA's RMA policy, ibutils; see core/src/health/counters.rs).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CountersConfig {
+    /// Seconds rises and rates are taken over; a fault holds a node for this long.
+    #[serde(default, deserialize_with = "window")]
+    pub window_s: Option<u32>,
+    /// NVLink CRC errors per second at which a link fails.
+    #[serde(default, deserialize_with = "rate")]
+    pub nvlink_crc_per_s: Option<f64>,
+    /// Correctable SRAM ECC errors above which the GPU drains.
+    #[serde(default, deserialize_with = "count")]
+    pub sram_corrected_max: Option<u32>,
+    /// DRAM ECC errors (corrected or not) above which the GPU drains.
+    #[serde(default, deserialize_with = "count")]
+    pub dram_errors_max: Option<u32>,
+    /// Uncorrectable remapped rows at which the GPU is worn out.
+    #[serde(default, deserialize_with = "count")]
+    pub remapped_uncorrectable_max: Option<u32>,
+    /// Retired pages at which the GPU is worn out.
+    #[serde(default, deserialize_with = "count")]
+    pub retired_pages_max: Option<u32>,
+    /// Rises of a fabric port's symbol_error / link_error_recovery in the window that warn.
+    #[serde(default, deserialize_with = "count")]
+    pub symbol_error_rise: Option<u32>,
+    #[serde(default, deserialize_with = "count")]
+    pub link_error_recovery_rise: Option<u32>,
+}
+
+impl CountersConfig {
+    /// The limits the checks apply: each key set here, else its default.
+    pub fn limits(&self) -> Limits {
+        let d = Limits::default();
+        let or = |v: Option<u32>, default: u64| v.map_or(default, u64::from);
+        Limits {
+            window_s: or(self.window_s, d.window_s),
+            nvlink_crc_per_s: self.nvlink_crc_per_s.unwrap_or(d.nvlink_crc_per_s),
+            sram_corrected_max: or(self.sram_corrected_max, d.sram_corrected_max),
+            dram_errors_max: or(self.dram_errors_max, d.dram_errors_max),
+            remapped_uncorrectable_max: self
+                .remapped_uncorrectable_max
+                .unwrap_or(d.remapped_uncorrectable_max),
+            retired_pages_max: or(self.retired_pages_max, d.retired_pages_max),
+            symbol_error_rise: or(self.symbol_error_rise, d.symbol_error_rise),
+            link_error_recovery_rise: or(self.link_error_recovery_rise, d.link_error_recovery_rise),
+            ..d
+        }
+    }
+}
+
+/// A window of 1 minute to 1 week: shorter than a pass apart judges nothing; longer
+/// outlives what the history keeps.
+fn window<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    in_range(d, 60, 7 * 24 * 3600).map(Some)
 }
 
 /// `[slurm]`: how the health programs reach Slurm's clients and gres.conf.

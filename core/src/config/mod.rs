@@ -37,9 +37,9 @@ use crate::trust::{TrustError, read_trusted_text};
 
 pub use fabric::FabricConfig;
 pub use health::{
-    ActiveConfig, CheckpointConfig, DEFAULT_ACTIVE_TIMEOUT_S, DEFAULT_CHECKPOINT_PROBE_MIB,
-    DrainConfig, GpuConfig, MAX_ACTIVE_TIMEOUT_S, MAX_CHECKPOINT_PROBE_MIB, MountConfig,
-    NvmlConfig, SlurmConfig, StorageConfig,
+    ActiveConfig, CheckpointConfig, CountersConfig, DEFAULT_ACTIVE_TIMEOUT_S,
+    DEFAULT_CHECKPOINT_PROBE_MIB, DrainConfig, GpuConfig, MAX_ACTIVE_TIMEOUT_S,
+    MAX_CHECKPOINT_PROBE_MIB, MountConfig, NvmlConfig, SlurmConfig, StorageConfig,
 };
 pub use metrics::MetricsConfig;
 pub use plugin::{Choice, DEFAULT_RUN_DIR, InvalidValue, PluginConfig, PluginKey};
@@ -75,6 +75,8 @@ pub struct Config {
     pub storage: StorageConfig,
     #[serde(default)]
     pub active: ActiveConfig,
+    #[serde(default)]
+    pub counters: CountersConfig,
     #[serde(default)]
     pub drain: DrainConfig,
     #[serde(default)]
@@ -252,6 +254,32 @@ mod tests {
         );
         let err = read_trusted(Path::new("/dev/zero"), 0).expect_err("a device is no config");
         assert!(err.to_string().contains("a character device"), "{err}");
+    }
+
+    #[test]
+    fn counters_set_their_limits_and_refuse_bad_values() {
+        let c = parse("[counters]\nwindow_s = 600\nsymbol_error_rise = 5\nnvlink_crc_per_s = 50\n")
+            .expect("valid");
+        let limits = c.counters.limits();
+        assert_eq!(
+            (
+                limits.window_s,
+                limits.symbol_error_rise,
+                limits.nvlink_crc_per_s
+            ),
+            (600, 5, 50.0)
+        );
+        let d = crate::health::counters::Limits::default();
+        assert_eq!(
+            limits.retired_pages_max, d.retired_pages_max,
+            "unset keys keep their default"
+        );
+        let e = err("[counters]\nwindow_s = 10\n");
+        assert!(e.contains("line 2") && e.contains("60 to 604800"), "{e}");
+        let e = err("[counters]\nnvlink_crc_per_s = -1\n");
+        assert!(e.contains("a rate above 0"), "{e}");
+        let e = err("[counters]\nwindow = 600\n");
+        assert!(e.contains("unknown key 'window' in [counters]"), "{e}");
     }
 
     #[test]

@@ -302,8 +302,9 @@ struct PlugstackArgs {
 
 #[derive(ClapArgs, Debug)]
 struct SlurmArgs {
-    /// Where the gpu-affinity-prolog, -epilog and -health binaries are installed.
-    #[arg(long, value_name = "DIR", default_value = "/usr/sbin")]
+    /// Where the gpu-affinity-prolog, -epilog and -health binaries are installed (the
+    /// package puts them in /usr/libexec/gpu-affinity).
+    #[arg(long, value_name = "DIR", default_value = "/usr/libexec/gpu-affinity")]
     bin_dir: String,
     /// The topology file you generate with `conf topology` (none: no topology lines).
     #[arg(long, value_enum)]
