@@ -189,7 +189,7 @@ pub struct JobGpus {
 }
 
 /// The job's GPUs from `SLURM_JOB_GPUS`: Slurm's gres indices (positions in slurmd's
-/// device list, never /dev/nvidiaN minors; ARCHITECTURE.md "Slurm's GPU ids"), parsed
+/// device list, never /dev/nvidiaN minors; docs/slurm-series.md "Slurm's GPU ids"), parsed
 /// bounded and mapped through `numbering`. `Ok(None)`: the job has no GPUs. `Err`: a line
 /// for the log; the caller then checks every GPU, a wider scope rather than a wrong one.
 pub fn job_gpus(numbering: &SlurmGpus, env: Option<&str>) -> Result<Option<JobGpus>, String> {

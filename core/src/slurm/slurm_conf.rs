@@ -1,7 +1,7 @@
 //! The few slurm.conf facts the suite needs, pure: the topology plugin, the partitions
 //! (their nodes and the `Topology=` a Slurm 25.05+ partition selects), the `include`
-//! lines a reader follows ([`parse`]), and any one key's value ([`value`], e.g.
-//! `PlugStackConfig` for install). Not a slurm.conf validator: every other line is skipped.
+//! lines a reader follows, and the last `PlugStackConfig=` (for install), all in one
+//! [`SlurmConf`] from [`parse`]. Not a slurm.conf validator: every other line is skipped.
 //!
 //! Read the way Slurm's own parser reads it: lines and comments are gres.conf's rule (the
 //! same parser in Slurm: `#` starts a comment, `\#` is a literal `#`, a trailing `\`
