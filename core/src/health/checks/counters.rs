@@ -19,6 +19,16 @@ fn from_core(f: counters::Finding, subject: Option<String>, what: String) -> Fin
     }
 }
 
+/// The counter history this pass builds on the previous one's, at the pass's clock.
+fn window_of<'a>(cx: &'a Ctx, next: &'a mut PassState) -> Window<'a> {
+    Window {
+        next: &mut next.counters,
+        prev: &cx.prev.counters,
+        now: cx.inputs.now,
+        limits: &cx.expect.limits,
+    }
+}
+
 /// Judge every GPU of the pass with `judge`; a check none of whose GPUs reports the
 /// counters skips, saying so (a check that read nothing never passes).
 fn each_gpu(
@@ -28,12 +38,7 @@ fn each_gpu(
     mut judge: impl FnMut(&NvmlGpu, &str, &mut Window<'_>) -> Option<Vec<counters::Finding>>,
 ) -> Judgement {
     let nvml = need!(&cx.inputs.nvml, false);
-    let mut window = Window {
-        next: &mut next.counters,
-        prev: &cx.prev.counters,
-        now: cx.inputs.now,
-        limits: &cx.expect.limits,
-    };
+    let mut window = window_of(cx, next);
     let mut judged = 0;
     let mut found = Vec::new();
     for g in scoped_nvml(&nvml.gpus, cx.scope) {
@@ -109,12 +114,7 @@ pub(super) fn nvlink_fabric(cx: &Ctx, next: &mut PassState) -> Judgement {
 
 pub(super) fn port_errors(cx: &Ctx, next: &mut PassState) -> Judgement {
     let sysfs = need!(&cx.inputs.sysfs, false);
-    let mut window = Window {
-        next: &mut next.counters,
-        prev: &cx.prev.counters,
-        now: cx.inputs.now,
-        limits: &cx.expect.limits,
-    };
+    let mut window = window_of(cx, next);
     let mut judged = 0;
     let mut found = Vec::new();
     for (port, p) in &sysfs.ports {
