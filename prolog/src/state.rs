@@ -24,7 +24,7 @@ pub fn open_dir(dir: &Path) -> Result<SafeDir, String> {
 /// The state the previous pass left; a missing, unreadable or foreign file starts afresh
 /// (the only loss is the link-flap history, the clean-pass count and the jobs' marks).
 pub fn load(dir: &SafeDir) -> PassState {
-    match dir.read(STATE_FILE, 1 << 20) {
+    match dir.read(STATE_FILE, PassState::MAX_BYTES as u64) {
         Ok(Some(bytes)) => serde_json::from_slice(&bytes).unwrap_or_default(),
         _ => PassState::default(),
     }

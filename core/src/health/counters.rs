@@ -223,11 +223,13 @@ type Sample = (u64, u64);
 pub struct History(BTreeMap<String, Vec<Sample>>);
 
 impl History {
-    /// Samples kept per counter: a health program every 60 s fills an hour's window
-    /// with room; older samples go first.
-    pub const MAX_SAMPLES: usize = 128;
-    /// Counters kept: a node with every GPU and port counted stays far below it.
-    pub const MAX_KEYS: usize = 4096;
+    /// Samples kept per counter (thinned to span the window, see [`History::record`]).
+    pub const MAX_SAMPLES: usize = 32;
+    /// Counters kept: an 8-GPU, 32-port node counts about 300. With `MAX_SAMPLES`, a full
+    /// history stays well inside the state file's cap ([`super::PassState::MAX_BYTES`]):
+    /// past the cap the state would be refused and every pass start afresh, losing the
+    /// clean-pass count a resume waits for.
+    pub const MAX_KEYS: usize = 1024;
 
     /// Record `value` for `key` at `now` and return its rise over the last `window_s`
     /// seconds together with the seconds that rise spans (`None`: no earlier sample in
@@ -645,8 +647,8 @@ mod tests {
 
     #[test]
     fn samples_are_thinned_to_span_the_window_and_keys_are_bounded() {
-        // A week's window at one pass a minute: 10,080 passes, 128 samples at most,
-        // the base still a week back.
+        // A week's window at one pass a minute: 10,080 passes, MAX_SAMPLES at most,
+        // the base within one slot of a week back.
         let week = 7 * 24 * 3600;
         let mut h = History::default();
         let mut last = None;
@@ -656,7 +658,7 @@ mod tests {
         assert!(h.0["k"].len() <= History::MAX_SAMPLES, "{}", h.0["k"].len());
         let (rise, span) = last.expect("a rise");
         assert!(
-            span >= week - week / 64,
+            span >= week - week / History::MAX_SAMPLES as u64,
             "the base stays about a week back: {span}"
         );
         assert_eq!(rise, span / 60);
@@ -665,6 +667,26 @@ mod tests {
             h.record(&format!("k{i}"), 0, 0, 60);
         }
         assert_eq!(h.0.len(), History::MAX_KEYS);
+    }
+
+    #[test]
+    fn a_full_history_fits_the_state_file() {
+        let mut h = History::default();
+        for k in 0..History::MAX_KEYS {
+            for i in 0..History::MAX_SAMPLES as u64 {
+                h.record(
+                    &format!("gpu=0000:{k:04x}:00.0/nvlink_recovery"),
+                    1_800_000_000 + i * 3600,
+                    u64::from(u32::MAX) + i,
+                    1 << 40,
+                );
+            }
+        }
+        let bytes = serde_json::to_vec(&h).expect("json").len();
+        assert!(
+            bytes < super::super::PassState::MAX_BYTES / 2,
+            "{bytes} bytes at the bounds"
+        );
     }
 
     #[test]

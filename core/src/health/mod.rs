@@ -770,6 +770,9 @@ impl PassState {
     /// not grow the state forever.
     pub const MAX_JOB_MARKS: usize = 256;
 
+    /// The state file's size cap: a larger file is refused as not the suite's.
+    pub const MAX_BYTES: usize = 1 << 20;
+
     /// The state as this boot sees it: a state written in another boot keeps its counters
     /// but loses its job kmsg marks (a job requeued across a reboot keeps its id, and its
     /// old mark would hide this boot's XIDs from its epilog). `None` (the boot id
