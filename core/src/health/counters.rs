@@ -186,30 +186,15 @@ pub struct Finding {
     pub repair: Repair,
 }
 
-/// The repair each finding code needs: memory past its spares (SRAM, remapped rows,
-/// retired pages) is worn hardware; a GPU's own link errors clear with a GPU reset; the
-/// rest with a reboot.
-fn repair_of(code: &str) -> Repair {
-    match code {
-        "GPU_SRAM_UNCORRECTABLE"
-        | "GPU_SRAM_ECC"
-        | "GPU_DRAM_ECC"
-        | "GPU_ROW_REMAP_EXHAUSTED"
-        | "GPU_PAGES_EXHAUSTED"
-        | "GPU_PAGES_DBE_RATE" => Repair::Replace,
-        "GPU_NVLINK_RECOVERY" | "GPU_NVLINK_REPLAY" | "GPU_NVLINK_CRC" | "GPU_FABRIC" => {
-            Repair::Reset
-        }
-        _ => Repair::Reboot,
-    }
-}
-
-pub(super) fn found(code: &'static str, class: Class, evidence: String) -> Finding {
+/// A finding with the repair that fixes it, named where it is found: memory past its
+/// spares (SRAM, remapped rows, retired pages) is worn hardware, a GPU's own link errors
+/// clear with a GPU reset, the rest with a reboot.
+pub(super) fn found(code: &'static str, class: Class, repair: Repair, evidence: String) -> Finding {
     Finding {
         code,
         class,
         evidence,
-        repair: repair_of(code),
+        repair,
     }
 }
 
@@ -331,6 +316,7 @@ pub fn judge_nvlink(c: &GpuCounters, subject: &str, w: &mut Window<'_>) -> Optio
             out.push(found(
                 code,
                 Class::Drain,
+                Repair::Reset,
                 format!("{rise} NVLink {what} errors in {span} s (total {n})"),
             ));
         }
@@ -349,6 +335,7 @@ pub fn judge_nvlink(c: &GpuCounters, subject: &str, w: &mut Window<'_>) -> Optio
         out.push(found(
             "GPU_NVLINK_CRC",
             class,
+            Repair::Reset,
             format!("{rise} NVLink CRC errors in {span} s ({per_s:.1}/s; fails at {limit}/s)"),
         ));
     }
@@ -374,6 +361,7 @@ pub fn judge_pcie_replay(
             out.push(found(
                 "GPU_PCIE_REPLAY",
                 Class::Warn,
+                Repair::Reboot,
                 format!(
                     "{rise} PCIe replays in {span} s ({per_min:.1} per minute; {allowed} allowed at {gts} GT/s x{width})"
                 ),
@@ -405,12 +393,13 @@ pub fn judge_memory_wear(
     if !known {
         return None;
     }
-    let limits = w.limits.clone();
+    let limits = w.limits;
     let mut out = Vec::new();
     if let Some(n) = c.sram_uncorrected.filter(|&n| n > 0) {
         out.push(found(
             "GPU_SRAM_UNCORRECTABLE",
             Class::Drain,
+            Repair::Replace,
             format!("{n} uncorrectable SRAM ECC errors (aggregate)"),
         ));
     }
@@ -418,6 +407,7 @@ pub fn judge_memory_wear(
         out.push(found(
             "GPU_SRAM_ECC",
             Class::Drain,
+            Repair::Replace,
             format!(
                 "{n} correctable SRAM ECC errors (aggregate; limit {})",
                 limits.sram_corrected_max
@@ -432,6 +422,7 @@ pub fn judge_memory_wear(
             out.push(found(
                 "GPU_DRAM_ECC",
                 Class::Drain,
+                Repair::Replace,
                 format!(
                     "{n} {what} DRAM ECC errors (aggregate; limit {})",
                     limits.dram_errors_max
@@ -446,6 +437,7 @@ pub fn judge_memory_wear(
         out.push(found(
             "GPU_ROW_REMAP_EXHAUSTED",
             Class::Drain,
+            Repair::Replace,
             format!(
                 "{n} rows remapped for uncorrectable errors (NVIDIA's RMA count: {})",
                 limits.remapped_uncorrectable_max
@@ -457,6 +449,7 @@ pub fn judge_memory_wear(
         out.push(found(
             "GPU_PAGES_EXHAUSTED",
             Class::Drain,
+            Repair::Replace,
             format!(
                 "{} pages retired ({sbe} single-bit, {dbe} double-bit; limit {})",
                 sbe + dbe,
@@ -474,6 +467,7 @@ pub fn judge_memory_wear(
             out.push(found(
                 "GPU_PAGES_DBE_RATE",
                 Class::Drain,
+                Repair::Replace,
                 format!(
                     "{n} double-bit retired pages, {rise} of them in the last {} h",
                     span / 3600
@@ -501,6 +495,7 @@ pub fn judge_thermal(c: &GpuCounters) -> Option<Vec<Finding>> {
         out.push(found(
             "GPU_HOT",
             Class::Warn,
+            Repair::Reboot,
             format!("{t} °C, at or above the slowdown threshold {slow}{shutdown}"),
         ));
     }
@@ -514,6 +509,7 @@ pub fn judge_thermal(c: &GpuCounters) -> Option<Vec<Finding>> {
             out.push(found(
                 "GPU_SLOWDOWN",
                 Class::Warn,
+                Repair::Reboot,
                 format!("clocks held down: {} (mask {mask:#x})", set.join(", ")),
             ));
         }
@@ -538,6 +534,7 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
         out.push(found(
             "NIC_PHYS_DOWN",
             Class::Drain,
+            Repair::Reboot,
             format!("physical state {state}, not LinkUp"),
         ));
     }
@@ -561,6 +558,7 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
             out.push(found(
                 "NIC_PORT_ERRORS",
                 Class::Warn,
+                Repair::Reboot,
                 format!(
                     "{name} saturated at {n} (it can no longer rise; clear the port's counters)"
                 ),
@@ -571,6 +569,7 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
             out.push(found(
                 "NIC_PORT_ERRORS",
                 Class::Warn,
+                Repair::Reboot,
                 format!("{name} rose by {rise} in {span} s (threshold {limit})"),
             ));
         }
@@ -586,6 +585,7 @@ pub fn judge_port(p: &PortCounters, port: &str, w: &mut Window<'_>) -> Option<Ve
             out.push(found(
                 "NIC_EFA_ERRORS",
                 class,
+                Repair::Reboot,
                 format!("{name} rose by {rise} in {span} s"),
             ));
         }

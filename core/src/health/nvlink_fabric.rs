@@ -6,6 +6,7 @@
 
 use super::Class;
 use super::counters::{Finding, found};
+use super::xid::Repair;
 
 /// nvmlGpuFabricInfoV's answer for one GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,7 +49,7 @@ const CONFIG_REASONS: &[(u32, &str)] = &[
 /// driver). A probe still training warns; one that never started, ended in an error or
 /// reports an unhealthy route, degraded bandwidth or a configuration fault drains.
 pub fn judge(p: &FabricProbe) -> Option<Vec<Finding>> {
-    let finding = |class, evidence: String| found("GPU_FABRIC", class, evidence);
+    let finding = |class, evidence: String| found("GPU_FABRIC", class, Repair::Reset, evidence);
     let mut out = Vec::new();
     match p.state {
         NOT_SUPPORTED => return None,
