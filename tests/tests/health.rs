@@ -756,3 +756,46 @@ fn a_configless_nodes_prolog_drains_with_the_suites_reason() {
     assert_eq!(got, reason, "{state}; prolog said:\n{out}");
     assert!(state.starts_with("drain"), "{state}");
 }
+
+/// The trap issue 16 found, in real daemons: a node of a 25.11 cluster whose prolog is
+/// pointed at Debian's 22.05 clients in /usr/bin (`[slurm] bin_dir`, as an admin might set
+/// it from habit). Those clients cannot talk to this slurmctld, so with XID 79 in the log
+/// the prolog cannot read or drain the node; it must fail, never exit 0, so that Slurm
+/// keeps the job off the node and drains it under its own reason.
+#[test]
+fn a_prolog_given_another_series_clients_fails_closed() {
+    let n = node_with(2, "", "bin_dir = \"/usr/bin\"\n");
+    let Some(c) = start(
+        "a_prolog_given_another_series_clients_fails_closed",
+        prolog_only(&n),
+    ) else {
+        return;
+    };
+    n.point_at(&c);
+    if c.series_install().is_none() || !Path::new("/usr/bin/sinfo").is_file() {
+        eprintln!(
+            "SKIP a_prolog_given_another_series_clients_fails_closed: needs a source-built \
+             series with Debian's clients of another series in /usr/bin (the 25.11 pass)"
+        );
+        return;
+    }
+    let reason = inject_xid79(&n);
+    let bad = srun_a_gpu_job(&c);
+    assert!(
+        !bad.success() && !bad.stdout.contains("RAN-ON-BAD-NODE"),
+        "the job must not run: {bad}"
+    );
+    let (state, got) = wait_reason(&c, |_, r| !r.is_empty(), Duration::from_secs(10));
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-prolog.out")).unwrap_or_default();
+    eprintln!("MEASURED State={state} Reason={got}\nprolog said:\n{out}");
+    assert!(state.starts_with("drain"), "{state}; prolog said:\n{out}");
+    // 22.05's scontrol cannot set the suite's reason here: slurmctld's own stands.
+    assert_ne!(got, reason);
+    assert_eq!(got, "Prolog error", "measured on 25.11.7");
+    assert!(
+        out.contains("failing so that Slurm keeps the job off it"),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("exit 1"), "{out}");
+}
