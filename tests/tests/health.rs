@@ -799,3 +799,48 @@ fn a_prolog_given_another_series_clients_fails_closed() {
     );
     assert!(out.trim_end().ends_with("exit 1"), "{out}");
 }
+
+/// HealthCheckProgram on a configless node: slurmd gives it no SLURM_CONF and there is no
+/// slurm.conf in the clients' default place, so the clients find the cluster as Slurm's
+/// own commands do, through the `/run/slurm/conf` link slurmd makes to its conf-cache
+/// (read_config.c `_establish_config_source`, slurmd.c `_handle_slash_run`). The health
+/// program drains with the suite's reason and resumes the node once it is clean.
+#[test]
+fn a_configless_nodes_health_program_drains_and_resumes() {
+    let n = node(2);
+    n.without_slurm_conf();
+    let Some(c) = ClusterBuilder::new()
+        .configless()
+        .health_programs(HealthSetup {
+            config: n.config.clone(),
+            prolog: false,
+            epilog: false,
+            health_interval: Some(2),
+        })
+        .start_or_skip("a_configless_nodes_health_program_drains_and_resumes")
+        .expect("cluster")
+    else {
+        return;
+    };
+    // A Debian root's slurmd makes the link inside its root.
+    let run = c
+        .series_root()
+        .unwrap_or(Path::new("/"))
+        .join("run/slurm/conf");
+    let link = std::fs::read_link(run).unwrap_or_default();
+    eprintln!("MEASURED /run/slurm/conf -> {}", link.display());
+    assert_eq!(
+        Some(link),
+        c.conf_cache(c.node()),
+        "slurmd links its conf-cache"
+    );
+    let reason = inject_xid79(&n);
+    let (state, got) = wait_reason(&c, |_, r| r == reason, Duration::from_secs(30));
+    let out =
+        std::fs::read_to_string(c.dir().join("log/gpu-affinity-health.out")).unwrap_or_default();
+    eprintln!("MEASURED configless health drain: State={state} Reason={got}");
+    assert_eq!(got, reason, "{state}; health said:\n{out}");
+    std::fs::write(n.root.join("dev/kmsg"), HEALTHY_KMSG).expect("kmsg");
+    let (state, got) = wait_reason(&c, |s, _| s == "idle", Duration::from_secs(40));
+    assert_eq!(state, "idle", "not resumed: {got}");
+}
