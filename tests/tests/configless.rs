@@ -12,7 +12,8 @@ mod common;
 use std::path::Path;
 
 use common::{ND_H100_V5, check_step, machine, probe_whole_node, start};
-use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, StepOutput};
+use gpu_affinity::slurm::version::Series;
+use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, SlurmSeries, StepOutput};
 
 /// A two-task step on `nodes` running `command`, inside a four-node allocation.
 fn step_in_allocation(cluster: &Cluster, nodes: &str, command: &str) -> StepOutput {
@@ -94,8 +95,42 @@ fn a_configless_node_binds_from_the_fetched_config() {
 /// topology.conf its slurmd fetched.
 #[test]
 fn a_configless_node_backstop_refuses_a_strict_step_across_blocks() {
+    backstop_refuses_across_blocks(
+        "a_configless_node_backstop_refuses_a_strict_step_across_blocks",
+        "topology.conf",
+        "BlockName=b1 Nodes=pa1,pb1\nBlockName=b2 Nodes=pa2,pb2\n",
+    );
+}
+
+/// The same blocks in topology.yaml (Slurm 25.05+ reads it first; slurmctld serves it
+/// to configless nodes with the rest): the node backstop decides from the fetched copy.
+#[test]
+fn a_configless_node_backstop_reads_the_fetched_topology_yaml() {
+    let series = SlurmSeries::from_env().map_or_else(|_| SlurmSeries::host().name, |s| s.name);
+    if Series::parse(&series).is_none_or(|s| {
+        s < Series {
+            major: 25,
+            minor: 5,
+        }
+    }) {
+        eprintln!(
+            "SKIP a_configless_node_backstop_reads_the_fetched_topology_yaml: Slurm {series} \
+             reads no topology.yaml (25.05+)"
+        );
+        return;
+    }
+    backstop_refuses_across_blocks(
+        "a_configless_node_backstop_reads_the_fetched_topology_yaml",
+        "topology.yaml",
+        "- topology: default\n  cluster_default: true\n  block:\n    blocks:\n    \
+         - block: b1\n      nodes: pa1,pb1\n    - block: b2\n      nodes: pa2,pb2\n",
+    );
+}
+
+/// Four configless nodes in blocks b1 = pa1,pb1 and b2 = pa2,pb2 given by `file`
+/// (`text`): a strict step on pa1,pa2 is refused by the nodes, one on pa1,pb1 runs.
+fn backstop_refuses_across_blocks(test: &str, file: &str, text: &str) {
     let work = tempfile::tempdir().expect("tempdir");
-    let topo = "BlockName=b1 Nodes=pa1,pb1\nBlockName=b2 Nodes=pa2,pb2\n";
     let m = gpu_affinity::sources::fixture::realized(
         &gpu_affinity_tests::fixture::test_machine("nd-h100-v5-2cpu").expect("test machine"),
     );
@@ -104,19 +139,15 @@ fn a_configless_node_backstop_refuses_a_strict_step_across_blocks() {
         .machine(m)
         .with_plugin()
         .plugin_arg("default", "strict")
-        .conf_file("topology.conf", topo)
+        .conf_file(file, text)
         .configless()
-        .start_or_skip("a_configless_node_backstop_refuses_a_strict_step_across_blocks")
+        .start_or_skip(test)
         .expect("cluster")
     else {
         return;
     };
     for node in ["pa1", "pa2"] {
-        assert_fetched(
-            &cluster,
-            node,
-            &["slurm.conf", "plugstack.conf", "topology.conf"],
-        );
+        assert_fetched(&cluster, node, &["slurm.conf", "plugstack.conf", file]);
     }
     let marks = work.path().join("marks");
     std::fs::create_dir(&marks).expect("marks");
