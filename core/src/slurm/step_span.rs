@@ -13,7 +13,8 @@
 //! partition selects (slurm.conf `PartitionName=... Topology=NAME`, Slurm 25.05+), else
 //! `cluster_default`, else the first: what slurmctld places that partition's jobs by.
 
-use std::collections::{HashMap, HashSet};
+// Fx: the keys are node and switch names from root-owned files, not an attacker's choice.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::hostlist;
 use super::topology::{Kind, Switch, Topology};
@@ -91,7 +92,8 @@ pub fn step_nodes(list: &str) -> Result<Vec<String>, String> {
 /// `switch_level`; `None` when `t` is flat or does not name the node. A node in two
 /// units is one slurmctld rejects; the first counts.
 pub fn unit_of<'t>(t: &'t Topology, node: &str, switch_level: u32) -> Option<(Unit, &'t str)> {
-    let (unit, of_node) = node_units(t, switch_level)?;
+    let wanted = HashSet::from_iter([node]);
+    let (unit, of_node) = node_units(t, switch_level, &wanted)?;
     of_node.get(node).map(|name| (unit, *name))
 }
 
@@ -108,7 +110,8 @@ pub fn span(t: &Topology, nodes: &[String]) -> Span {
 /// its leaf whose level is at most `switch_level`; the step fits when all its nodes
 /// share one. Blocks and flat topologies have no levels: the level changes nothing.
 pub fn span_within(t: &Topology, nodes: &[String], switch_level: u32) -> Span {
-    let Some((unit, of_node)) = node_units(t, switch_level) else {
+    let wanted: HashSet<&str> = nodes.iter().map(String::as_str).collect();
+    let Some((unit, of_node)) = node_units(t, switch_level, &wanted) else {
         return Span::Fits;
     };
     let mut unknown = Vec::new();
@@ -131,16 +134,21 @@ pub fn span_within(t: &Topology, nodes: &[String], switch_level: u32) -> Span {
     }
 }
 
-/// Each named node's unit in `t` (a block, or the tree switch of [`span_within`]'s
-/// `switch_level`); `None` for a flat topology. A node in two units is one slurmctld
-/// rejects; the first one counts.
-fn node_units(t: &Topology, switch_level: u32) -> Option<(Unit, HashMap<&str, &str>)> {
+/// The unit in `t` of each `wanted` node it names (a block, or the tree switch of
+/// [`span_within`]'s `switch_level`); `None` for a flat topology. A node in two units is
+/// one slurmctld rejects; the first one counts. Only the step's few nodes are kept: a
+/// map of all 16k nodes was a tenth of the placement check (docs/measurements.md).
+fn node_units<'t>(
+    t: &'t Topology,
+    switch_level: u32,
+    wanted: &HashSet<&str>,
+) -> Option<(Unit, HashMap<&'t str, &'t str>)> {
     match &t.kind {
         Kind::Flat => None,
         Kind::Block(b) => {
-            let mut of_node = HashMap::new();
+            let mut of_node = HashMap::default();
             for b in &b.blocks {
-                for n in &b.nodes {
+                for n in b.nodes.iter().filter(|n| wanted.contains(n.as_str())) {
                     of_node.entry(n.as_str()).or_insert(b.name.as_str());
                 }
             }
@@ -151,16 +159,20 @@ fn node_units(t: &Topology, switch_level: u32) -> Option<(Unit, HashMap<&str, &s
                 0 => Unit::LeafSwitch,
                 level => Unit::Switch(level),
             };
-            Some((unit, tree_units(switches, switch_level)))
+            Some((unit, tree_units(switches, switch_level, wanted)))
         }
     }
 }
 
 /// Each node's unit in a tree: its leaf switch, raised to the parent while the parent's
 /// level is at most `max_level`.
-fn tree_units(switches: &[Switch], max_level: u32) -> HashMap<&str, &str> {
+fn tree_units<'t>(
+    switches: &'t [Switch],
+    max_level: u32,
+    wanted: &HashSet<&str>,
+) -> HashMap<&'t str, &'t str> {
     let by_name: HashMap<&str, &Switch> = switches.iter().map(|s| (s.name.as_str(), s)).collect();
-    let mut parent: HashMap<&str, &str> = HashMap::new();
+    let mut parent: HashMap<&str, &str> = HashMap::default();
     for s in switches {
         for c in &s.children {
             parent.entry(c.as_str()).or_insert(s.name.as_str());
@@ -168,12 +180,20 @@ fn tree_units(switches: &[Switch], max_level: u32) -> HashMap<&str, &str> {
     }
     // Level 0 raises no leaf (every parent is level 1 or more): nothing to count.
     let levels = if max_level == 0 {
-        HashMap::new()
+        HashMap::default()
     } else {
         switch_levels(switches, &by_name, &parent)
     };
-    let mut of_node = HashMap::new();
+    let mut of_node = HashMap::default();
     for s in switches.iter().filter(|s| !s.nodes.is_empty()) {
+        let mut here = s
+            .nodes
+            .iter()
+            .filter(|n| wanted.contains(n.as_str()))
+            .peekable();
+        if here.peek().is_none() {
+            continue;
+        }
         let mut unit = s.name.as_str();
         // Bounded by the switch count: a cycle (which validate refuses) cannot loop.
         for _ in 0..switches.len() {
@@ -182,7 +202,7 @@ fn tree_units(switches: &[Switch], max_level: u32) -> HashMap<&str, &str> {
                 _ => break,
             }
         }
-        for n in &s.nodes {
+        for n in here {
             of_node.entry(n.as_str()).or_insert(unit);
         }
     }
@@ -215,7 +235,7 @@ fn switch_levels<'t>(
             }
         }
     }
-    let mut levels: HashMap<&str, u32> = HashMap::new();
+    let mut levels: HashMap<&str, u32> = HashMap::default();
     for s in order.iter().rev() {
         let level = s
             .children

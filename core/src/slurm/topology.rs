@@ -276,11 +276,43 @@ struct YamlBlock {
 }
 
 /// A hostlist string (what we write) or a YAML list of hostlists (accepted on read).
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 #[serde(untagged)]
 enum NameList {
     One(String),
     Many(Vec<String>),
+}
+
+/// Read by the value's own type, not as `#[serde(untagged)]`: untagged buffers every
+/// value before trying each variant, which was most of the placement check's parse of a
+/// 16k-node topology.yaml (docs/measurements.md).
+impl<'de> Deserialize<'de> for NameList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Names;
+        impl<'de> serde::de::Visitor<'de> for Names {
+            type Value = NameList;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a hostlist or a list of hostlists")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<NameList, E> {
+                Ok(NameList::One(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<NameList, E> {
+                Ok(NameList::One(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<NameList, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(NameList::Many(names))
+            }
+        }
+        d.deserialize_any(Names)
+    }
 }
 
 impl NameList {
