@@ -491,9 +491,10 @@ fn oci_gb200_rack_is_a_leaf_below_the_local_block() {
 /// medium.yaml under GCP: topograph's GCP simulator reports a node's spine and leaf only
 /// (pkg/providers/gcp/provider_sim_test.go: `BlockID: "tor", SpineID: "spine"`), i.e.
 /// physicalHost `/sw21/sw11/host` (tests/payloads/test-gcp-sim-tree.json). Same leaves,
-/// same spines. Deliberate difference: ours adds a `root` over the two GCP blocks, since
-/// Slurm's tree plugin never gives one job nodes under two top switches, and GCP's blocks
-/// of one zone are one network.
+/// same spines. GCP's data has no level above its blocks; ours adds a `root` over them
+/// (`tree`: a root over the top level when it has several units), since Slurm's tree
+/// plugin never gives one job nodes under two top switches (docs/slurm-series.md). A
+/// deliberate addition, not a regrouping: leaves and spines agree.
 #[test]
 fn medium_gcp_sim_tree() {
     let gs = groups(
@@ -741,9 +742,10 @@ fn block_sizes_that_do_not_fit_are_refused_not_replaced() {
 /// pkg/translate/block_test.go `TestGenerateTopologyConfig`: with BlockSizes 2,4,8 and
 /// 3-node domains topograph splits each domain into two base blocks (2 + 1 nodes), so a
 /// domain becomes a level-1 aggregate. Ours keeps each domain one block (a capacity block
-/// is one Slurm block, issue 18), with the admin's sizes as given; slurmctld accepts it
-/// (no block below the base). Deliberate difference: grouping by domain agrees, the
-/// number of BlockName= lines does not.
+/// is one Slurm block, issue 18), with the admin's sizes as given. Real slurmctld 24.11
+/// loads such a file and runs a job on the whole 3-node block (tests/tests/
+/// topograph_parity.rs, `block_sizes_given_by_the_admin_load_on_24_11`). Deliberate
+/// difference: grouping by domain agrees, the number of BlockName= lines does not.
 #[test]
 fn domains_larger_than_the_base_stay_one_block() {
     let gs = domains(&[3, 3, 3, 3]);

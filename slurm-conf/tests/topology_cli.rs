@@ -181,7 +181,11 @@ fn cluster_default_marks_exactly_the_chosen_topology() {
             "{flag:?}"
         );
     }
-    let r = run(dir.path(), GPUS, &["--form", "yaml", "--cluster-default", "mesh"]);
+    let r = run(
+        dir.path(),
+        GPUS,
+        &["--form", "yaml", "--cluster-default", "mesh"],
+    );
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("--cluster-default"), "{}", r.stderr);
 }
@@ -211,7 +215,11 @@ fn unplaced_refuse_names_the_node_and_why() {
     );
     // The same nodes isolated: one warning line each, the file made.
     let both = format!("{GPUS}cpu1 i-9\nlogin1 i-77\n");
-    let r = run(dir.path(), &both, &["--form", "tree", "--unplaced", "isolate"]);
+    let r = run(
+        dir.path(),
+        &both,
+        &["--form", "tree", "--unplaced", "isolate"],
+    );
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let warned: Vec<&str> = r.stderr.lines().collect();
     assert_eq!(warned.len(), 2, "{}", r.stderr);
@@ -220,5 +228,9 @@ fn unplaced_refuse_names_the_node_and_why() {
         "{}",
         r.stderr
     );
-    assert!(r.stdout.contains("SwitchName=unplaced Nodes=cpu1,login1"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("SwitchName=unplaced Nodes=cpu1,login1"),
+        "{}",
+        r.stdout
+    );
 }
