@@ -188,16 +188,9 @@ fn conf_topology(
     }
 }
 
-fn generated(
-    dir: &Path,
-    cloud: Cloud,
-    gs: &[Group],
-    extra: &[&str],
-    form: &str,
-    more: &[&str],
-) -> String {
-    let r = conf_topology(dir, cloud, gs, extra, form, more);
-    assert!(r.ok, "{form} {more:?}: {}", r.stderr);
+/// The file a run printed; the run must have succeeded.
+fn generated(r: Run) -> String {
+    assert!(r.ok, "{}", r.stderr);
     r.stdout
 }
 
@@ -343,7 +336,7 @@ fn check_blocks(
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
     for form in ["block", "yaml"] {
-        let text = generated(dir.path(), cloud, gs, &[], form, more);
+        let text = generated(conf_topology(dir.path(), cloud, gs, &[], form, more));
         let (blocks, sizes) = blocks_of(&text, form);
         if ordered {
             assert_eq!(blocks, want_blocks, "{form}: blocks in order\n{text}");
@@ -362,10 +355,16 @@ fn check_blocks(
     }
 }
 
+/// A tree case without unplaced nodes or flags: the tree the groups describe.
+fn tree_case(cloud: Cloud, desc: &str) {
+    let gs = groups(desc);
+    check_tree(cloud, &gs, &[], &[], &expected_tree(&gs, &[]));
+}
+
 fn check_tree(cloud: Cloud, gs: &[Group], extra: &[&str], more: &[&str], want: &Tree) {
     let dir = tempfile::tempdir().expect("tempdir");
     for form in ["tree", "yaml"] {
-        let text = generated(dir.path(), cloud, gs, extra, form, more);
+        let text = generated(conf_topology(dir.path(), cloud, gs, extra, form, more));
         assert_eq!(&tree_of(&text, form), want, "{form}\n{text}");
     }
 }
@@ -384,6 +383,31 @@ const MEDIUM_AWS: &str = "
     sw3/sw22/sw14: n14-1 n14-2 @cb14
 ";
 
+/// medium.yaml under OCI: island sw3, network blocks sw21/sw22, local blocks sw11-sw14.
+const MEDIUM_OCI: &str = "
+    sw3/sw21/sw11: n11-1 n11-2
+    sw3/sw21/sw12: n12-1 n12-2
+    sw3/sw22/sw13: n13-1 n13-2
+    sw3/sw22/sw14: n14-1 n14-2
+";
+
+/// medium.yaml under OCI with each GB200 rack's customerGpuMemoryFabric (the model's
+/// NVLink domains nvl1-nvl4).
+const MEDIUM_OCI_GB200: &str = "
+    sw3/sw21/sw11/nvl1: n11-1 n11-2
+    sw3/sw21/sw12/nvl2: n12-1 n12-2
+    sw3/sw22/sw13/nvl3: n13-1 n13-2
+    sw3/sw22/sw14/nvl4: n14-1 n14-2
+";
+
+/// medium.yaml under GCP: physicalHost `/spine/leaf/host`.
+const MEDIUM_GCP: &str = "
+    sw21/sw11: n11-1 n11-2
+    sw21/sw12: n12-1 n12-2
+    sw22/sw13: n13-1 n13-2
+    sw22/sw14: n14-1 n14-2
+";
+
 /// The four two-node domains, and the 4-node aggregates topograph's block_sizes "2,4"
 /// asks for: each pairs the two domains of one spine.
 fn medium_blocks(gs: &[Group]) -> (Vec<Nodes>, BTreeSet<Nodes>) {
@@ -394,12 +418,20 @@ fn medium_blocks(gs: &[Group]) -> (Vec<Nodes>, BTreeSet<Nodes>) {
     (blocks, pairs)
 }
 
+/// A block payload of medium.yaml (block_sizes "2,4") under `cloud`: one block per
+/// domain in network order, BlockSizes=2,4, each aggregate one spine's two domains.
+fn medium_block_case(cloud: Cloud, desc: &str) {
+    let gs = groups(desc);
+    let (blocks, pairs) = medium_blocks(&gs);
+    let sizes = ["--block-sizes", "2,4"];
+    check_blocks(cloud, &gs, &sizes, &blocks, true, &[2, 4], &[pairs]);
+}
+
 /// tests/payloads/test-aws-sim-tree.json (medium.yaml, Slurm engine, tree): the
 /// switch hierarchy of the model, two nodes per leaf.
 #[test]
 fn medium_aws_sim_tree() {
-    let gs = groups(MEDIUM_AWS);
-    check_tree(Cloud::Aws, &gs, &[], &[], &expected_tree(&gs, &[]));
+    tree_case(Cloud::Aws, MEDIUM_AWS);
 }
 
 /// tests/payloads/test-aws-sim-block.json (medium.yaml, topology/block, block_sizes
@@ -409,17 +441,9 @@ fn medium_aws_sim_tree() {
 /// domain, then doubling up to the number of blocks).
 #[test]
 fn medium_aws_sim_block() {
+    medium_block_case(Cloud::Aws, MEDIUM_AWS);
     let gs = groups(MEDIUM_AWS);
     let (blocks, pairs) = medium_blocks(&gs);
-    check_blocks(
-        Cloud::Aws,
-        &gs,
-        &["--block-sizes", "2,4"],
-        &blocks,
-        true,
-        &[2, 4],
-        std::slice::from_ref(&pairs),
-    );
     let all: BTreeSet<Nodes> = [group_nodes(&gs, &[0, 1, 2, 3])].into_iter().collect();
     check_blocks(
         Cloud::Aws,
@@ -432,23 +456,14 @@ fn medium_aws_sim_block() {
     );
 }
 
-/// medium.yaml under OCI: island sw3, network blocks sw21/sw22, local blocks sw11-sw14
-/// (tests/payloads/test-oci-sim-tree.json). The tree is compared without
-/// customerGpuMemoryFabric: with it ours puts each GB200 rack below its local block as a
-/// fourth level (`oci_gb200_rack_is_a_leaf_below_the_local_block`), which the
+/// medium.yaml under OCI (tests/payloads/test-oci-sim-tree.json). The tree is compared
+/// without customerGpuMemoryFabric: with it ours puts each GB200 rack below its local
+/// block as a fourth level (`oci_gb200_rack_is_a_leaf_below_the_local_block`), which the
 /// three-level hierarchy of topograph's expected OCI file
 /// (tests/ci/expected.slinky-oci-sim-tree.conf) does not have.
 #[test]
 fn medium_oci_sim_tree() {
-    let gs = groups(
-        "
-        sw3/sw21/sw11: n11-1 n11-2
-        sw3/sw21/sw12: n12-1 n12-2
-        sw3/sw22/sw13: n13-1 n13-2
-        sw3/sw22/sw14: n14-1 n14-2
-        ",
-    );
-    check_tree(Cloud::Oci, &gs, &[], &[], &expected_tree(&gs, &[]));
+    tree_case(Cloud::Oci, MEDIUM_OCI);
 }
 
 /// tests/payloads/test-oci-sim-block.json (medium.yaml, block_sizes "2,4"), the racks'
@@ -456,36 +471,13 @@ fn medium_oci_sim_tree() {
 /// domain, BlockSizes=2,4, each aggregate the two racks of one network block.
 #[test]
 fn medium_oci_sim_block() {
-    let gs = groups(
-        "
-        sw3/sw21/sw11/nvl1: n11-1 n11-2
-        sw3/sw21/sw12/nvl2: n12-1 n12-2
-        sw3/sw22/sw13/nvl3: n13-1 n13-2
-        sw3/sw22/sw14/nvl4: n14-1 n14-2
-        ",
-    );
-    let (blocks, pairs) = medium_blocks(&gs);
-    check_blocks(
-        Cloud::Oci,
-        &gs,
-        &["--block-sizes", "2,4"],
-        &blocks,
-        true,
-        &[2, 4],
-        &[pairs],
-    );
+    medium_block_case(Cloud::Oci, MEDIUM_OCI_GB200);
 }
 
 /// Ours, beyond topograph's OCI tree: a GB200 rack is a leaf switch under its local block.
 #[test]
 fn oci_gb200_rack_is_a_leaf_below_the_local_block() {
-    let gs = groups(
-        "
-        sw3/sw21/sw11/nvl1: n11-1 n11-2
-        sw3/sw21/sw11/nvl2: n12-1 n12-2
-        ",
-    );
-    check_tree(Cloud::Oci, &gs, &[], &[], &expected_tree(&gs, &[]));
+    tree_case(Cloud::Oci, MEDIUM_OCI_GB200);
 }
 
 /// medium.yaml under GCP: topograph's GCP simulator reports a node's spine and leaf only
@@ -497,14 +489,7 @@ fn oci_gb200_rack_is_a_leaf_below_the_local_block() {
 /// deliberate addition, not a regrouping: leaves and spines agree.
 #[test]
 fn medium_gcp_sim_tree() {
-    let gs = groups(
-        "
-        sw21/sw11: n11-1 n11-2
-        sw21/sw12: n12-1 n12-2
-        sw22/sw13: n13-1 n13-2
-        sw22/sw14: n14-1 n14-2
-        ",
-    );
+    let gs = groups(MEDIUM_GCP);
     let want = expected_tree(&gs, &[]);
     assert!(want.contains_key("root"));
     check_tree(Cloud::Gcp, &gs, &[], &[], &want);
@@ -514,24 +499,7 @@ fn medium_gcp_sim_tree() {
 /// per sub-block (leaf), aggregates within a GCP block (spine).
 #[test]
 fn medium_gcp_sim_block() {
-    let gs = groups(
-        "
-        sw21/sw11: n11-1 n11-2
-        sw21/sw12: n12-1 n12-2
-        sw22/sw13: n13-1 n13-2
-        sw22/sw14: n14-1 n14-2
-        ",
-    );
-    let (blocks, pairs) = medium_blocks(&gs);
-    check_blocks(
-        Cloud::Gcp,
-        &gs,
-        &["--block-sizes", "2,4"],
-        &blocks,
-        true,
-        &[2, 4],
-        &[pairs],
-    );
+    medium_block_case(Cloud::Gcp, MEDIUM_GCP);
 }
 
 /// medium.yaml with two login nodes the AWS data does not place, `--unplaced isolate`:
@@ -553,7 +521,14 @@ fn medium_aws_sim_with_unplaced_nodes_isolated() {
     let dir = tempfile::tempdir().expect("tempdir");
     let isolate = ["--unplaced", "isolate", "--block-sizes", "2,4"];
     for form in ["block", "yaml"] {
-        let text = generated(dir.path(), Cloud::Aws, &gs, &logins, form, &isolate);
+        let text = generated(conf_topology(
+            dir.path(),
+            Cloud::Aws,
+            &gs,
+            &logins,
+            form,
+            &isolate,
+        ));
         let (blocks, sizes) = blocks_of(&text, form);
         let (mut want, pairs) = medium_blocks(&gs);
         want.push(set(&logins));
@@ -580,13 +555,13 @@ fn medium_aws_sim_with_unplaced_nodes_isolated() {
 /// Node304-Node306).
 #[test]
 fn small_tree() {
-    let gs = groups(
+    tree_case(
+        Cloud::Aws,
         "
         S1/S2: Node201 Node202 Node205 @CB2
         S1/S3: Node304 Node305 Node306 @CB3
         ",
     );
-    check_tree(Cloud::Aws, &gs, &[], &[], &expected_tree(&gs, &[]));
 }
 
 /// pkg/translate/output_test.go `TestToBlockIBTopology` (getBlockWithIBTestSet, block
@@ -660,7 +635,14 @@ fn domains(sizes: &[usize]) -> Vec<Group> {
 
 fn sizes_for(gs: &[Group], more: &[&str]) -> Vec<u32> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let text = generated(dir.path(), Cloud::Aws, gs, &[], "block", more);
+    let text = generated(conf_topology(
+        dir.path(),
+        Cloud::Aws,
+        gs,
+        &[],
+        "block",
+        more,
+    ));
     let (blocks, sizes) = blocks_of(&text, "block");
     let got: BTreeSet<Nodes> = blocks.into_iter().collect();
     let want: BTreeSet<Nodes> = gs
@@ -743,8 +725,8 @@ fn block_sizes_that_do_not_fit_are_refused_not_replaced() {
 /// 3-node domains topograph splits each domain into two base blocks (2 + 1 nodes), so a
 /// domain becomes a level-1 aggregate. Ours keeps each domain one block (a capacity block
 /// is one Slurm block, issue 18), with the admin's sizes as given. Real slurmctld 24.11
-/// loads such a file and runs a job on the whole 3-node block (tests/tests/
-/// topograph_parity.rs, `block_sizes_given_by_the_admin_load_on_24_11`). Deliberate
+/// loads such a file and runs a job on the whole 3-node block (tests/tests/placement.rs,
+/// `admin_block_sizes_load_on_24_11_with_a_domain_above_the_base`). Deliberate
 /// difference: grouping by domain agrees, the number of BlockName= lines does not.
 #[test]
 fn domains_larger_than_the_base_stay_one_block() {
