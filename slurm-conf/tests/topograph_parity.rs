@@ -725,9 +725,10 @@ fn block_sizes_that_do_not_fit_are_refused_not_replaced() {
 /// 3-node domains topograph splits each domain into two base blocks (2 + 1 nodes), so a
 /// domain becomes a level-1 aggregate. Ours keeps each domain one block (a capacity block
 /// is one Slurm block, issue 18), with the admin's sizes as given. Real slurmctld 24.11
-/// loads such a file and runs a job on the whole 3-node block (tests/tests/placement.rs,
-/// `admin_block_sizes_load_on_24_11_with_a_domain_above_the_base`). Deliberate
-/// difference: grouping by domain agrees, the number of BlockName= lines does not.
+/// (topology.conf) and 26.05 (topology.yaml) load such a file and run a job on the
+/// whole 3-node block (tests/tests/placement.rs,
+/// `admin_block_sizes_load_with_a_domain_above_the_base`). Deliberate difference:
+/// grouping by domain agrees, the number of BlockName= lines does not.
 #[test]
 fn domains_larger_than_the_base_stay_one_block() {
     let gs = domains(&[3, 3, 3, 3]);
