@@ -1034,3 +1034,114 @@ fn generated_topologies_with_unplaced_nodes_load_on_this_series() {
         assert!(out.success(), "{form}: {out}");
     }
 }
+
+/// A block topology.conf made with the admin's `--block-sizes 2,4`, on the shape of NVIDIA
+/// topograph's medium.yaml block case (tests/models/medium.yaml with
+/// tests/payloads/test-aws-sim-block.json: capacity blocks under leaves of one spine),
+/// loaded by slurmctld 24.11 (topology.conf; the series that checks blocks against the
+/// base most strictly) and 26.05 (topology.yaml). One capacity block has three nodes, more than the base: topograph splits
+/// such a domain into base-sized blocks, ours keeps it one block (slurm-conf
+/// tests/topograph_parity.rs, `domains_larger_than_the_base_stay_one_block`), and this
+/// is what slurmctld makes of it.
+#[test]
+fn admin_block_sizes_load_with_a_domain_above_the_base() {
+    let test = "admin_block_sizes_load_with_a_domain_above_the_base";
+    let work = tempfile::tempdir().expect("tempdir");
+    let instance = |id: &str, leaf: &str, cb: &str| {
+        format!(
+            r#"{{"InstanceId":"{id}","NetworkNodes":["nn-core","nn-spine","{leaf}"],"CapacityBlockId":"{cb}"}}"#
+        )
+    };
+    let list: Vec<String> = [
+        ("i-1a", "nn-c1", "cb-1"),
+        ("i-2a", "nn-c1", "cb-1"),
+        ("i-3a", "nn-c1", "cb-1"),
+        ("i-1b", "nn-c2", "cb-2"),
+        ("i-2b", "nn-c2", "cb-2"),
+    ]
+    .iter()
+    .map(|(id, leaf, cb)| instance(id, leaf, cb))
+    .collect();
+    let input = work.path().join("aws.json");
+    let map = work.path().join("nodemap");
+    std::fs::write(&input, format!("{{\"Instances\":[{}]}}", list.join(","))).expect("input");
+    // Out of network order: placement, not the NODEMAP, orders the blocks.
+    std::fs::write(&map, "pb2 i-2b\npa1 i-1a\npb1 i-1b\npa3 i-3a\npa2 i-2a\n").expect("map");
+    // 24.11 reads topology.conf; 26.05 the same blocks from topology.yaml.
+    for (series, form, file, plugin) in [
+        (
+            "24.11",
+            "block",
+            "topology.conf",
+            "TopologyPlugin=topology/block",
+        ),
+        ("26.05", "yaml", "topology.yaml", ""),
+    ] {
+        let text = admin(&[
+            "conf",
+            "topology",
+            "--from",
+            "aws",
+            &input.display().to_string(),
+            "--nodes",
+            &map.display().to_string(),
+            "--form",
+            form,
+            "--block-sizes",
+            "2,4",
+            "--slurm-series",
+            series,
+        ]);
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        assert!(
+            text.contains(
+                "BlockName=b1 Nodes=pa[1-3]\nBlockName=b2 Nodes=pb[1-2]\nBlockSizes=2,4\n"
+            ) || lines
+                .windows(3)
+                .any(|w| w == ["block_sizes:", "- 2", "- 4"]),
+            "{text}"
+        );
+        let mut builder = ClusterBuilder::new()
+            .slurm_series(series)
+            .gpus(0)
+            .conf_file(file, &text)
+            .nodes(&["pa1", "pa2", "pa3", "pb1", "pb2"]);
+        if !plugin.is_empty() {
+            builder = builder.conf_line(plugin);
+        }
+        let Some(cluster) = builder
+            .start_or_skip(test)
+            .unwrap_or_else(|e| panic!("{test}: cannot start the cluster: {e}"))
+        else {
+            return;
+        };
+        let shown = show_topology(&cluster);
+        assert_unit(&shown, "BlockName", "b1", &["pa1", "pa2", "pa3"]);
+        assert_unit(&shown, "BlockName", "b2", &["pb1", "pb2"]);
+        // The base size per block, and the spine's aggregate at size 4, which takes the
+        // 3-node block whole.
+        assert_eq!(shown.matches("BlockSize=2").count(), 2, "{series}: {shown}");
+        assert!(
+            shown.lines().any(|l| l.contains("AggregatedBlock=")
+                && l.contains("Nodes=pa[1-3],pb[1-2]")
+                && l.contains("BlockSize=4")),
+            "{series}: {shown}"
+        );
+        // Jobs of the base size in each block, one on the whole 3-node block (its third
+        // node is not lost to the base of 2) and one across the aggregate.
+        for (n, nodes) in [
+            ("-N2", "pb1,pb2"),
+            ("-N2", "pa1,pa2"),
+            ("-N3", "pa1,pa2,pa3"),
+            ("-N4", "pa1,pa2,pb1,pb2"),
+        ] {
+            let out = cluster
+                .client(
+                    &["srun", n, "-w", nodes, "hostname"],
+                    &ClientOptions::bounded(30),
+                )
+                .expect("srun");
+            assert!(out.success(), "{series} {n} {nodes}: {out}");
+        }
+    }
+}
