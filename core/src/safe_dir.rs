@@ -516,12 +516,7 @@ mod tests {
         f.write_all(b"data").expect("write");
         d.remove("x").expect("remove");
         d.remove("x").expect("absent is fine");
-        let mut left: Vec<_> = std::fs::read_dir(tmp.path().join("a/b"))
-            .expect("list")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["l", "lock", "p"]);
+        assert_eq!(names_in(&tmp.path().join("a/b")), ["l", "lock", "p"]);
     }
 
     type Hook = Box<dyn Fn(&Path, &str)>;

@@ -4,7 +4,7 @@
 //! verdict, drain and file must come out unharmed. Root only: a skip names the reason.
 
 use std::io::Write;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -58,11 +58,7 @@ fn attacker() {
                 std::os::unix::fs::symlink(pair[0], pair[1]).expect("plant symlink");
             }
         }
-        "fifo" => {
-            let p = std::ffi::CString::new(args[0]).expect("path");
-            // SAFETY: mkfifo on a NUL-terminated path.
-            assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o666) }, 0, "mkfifo");
-        }
+        "fifo" => mkfifo(Path::new(args[0]), 0o666),
         "plant" => {
             // A file at each of the old predictable probe names, and symlinks at names
             // of the new form's prefix (FIFOs: `plant-fifos`).
@@ -88,10 +84,7 @@ fn attacker() {
                     format!(".gpu-affinity-bandwidth.{pid:016x}"),
                     format!(".gpu-affinity-probe.{pid:016x}"),
                 ] {
-                    let p = std::ffi::CString::new(dir.join(name).into_os_string().into_vec())
-                        .expect("path");
-                    // SAFETY: mkfifo on a NUL-terminated path.
-                    assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o666) }, 0, "mkfifo");
+                    mkfifo(&dir.join(name), 0o666);
                 }
             }
         }
@@ -145,6 +138,12 @@ fn attacker() {
         }
         other => panic!("unknown act {other}"),
     }
+}
+
+fn mkfifo(path: &Path, mode: libc::mode_t) {
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: mkfifo on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), mode) }, 0, "mkfifo");
 }
 
 fn run_ok(mut c: Command) {
@@ -274,22 +273,27 @@ fn epilog_binary() -> PathBuf {
     .clone()
 }
 
-/// The real kernel log after `nobody` set its name to `NVRM: Xid:79` and segfaulted, and
-/// root staged the OOM-killer shape quoting that name: forged XIDs only.
-fn forged_kernel_log() -> String {
-    let st = as_nobody("segfault", &["NVRM: Xid:79"])
+/// `nobody` names itself `name` (prctl) and segfaults: the kernel logs
+/// `NAME[PID]: segfault at 0 ...`.
+fn segfault_as_nobody(name: &str) {
+    let st = as_nobody("segfault", &[name])
         .status()
         .expect("segfault child");
     assert!(!st.success(), "the child segfaulted");
-    let marker = format!("hostile-{}", std::process::id());
+}
+
+/// One record written to /dev/kmsg as root (opened per write: /dev/kmsg rate-limits per
+/// open file).
+fn write_kmsg(text: &str) {
     let mut k = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/kmsg")
         .expect("kmsg");
-    // The newline ends the record: without it the kernel holds the record open for a
-    // continuation and readers do not see it yet.
-    k.write_all(format!("<0>Killed process 12483 (NVRM: Xid:79) {marker}\n").as_bytes())
-        .expect("write kmsg");
+    k.write_all(text.as_bytes()).expect("write kmsg");
+}
+
+/// The whole live kernel log as /dev/kmsg records, oldest first.
+fn real_kernel_log() -> String {
     let mut kmsg = String::new();
     let mut f = std::fs::OpenOptions::new()
         .read(true)
@@ -303,6 +307,20 @@ fn forged_kernel_log() -> String {
         }
         kmsg.push_str(&String::from_utf8_lossy(&buf[..n]));
     }
+    kmsg
+}
+
+/// The real kernel log after `nobody` set its name to `NVRM: Xid:79` and segfaulted, and
+/// root staged the OOM-killer shape quoting that name: forged XIDs only.
+fn forged_kernel_log() -> String {
+    segfault_as_nobody("NVRM: Xid:79");
+    let marker = format!("hostile-{}", std::process::id());
+    // The newline ends the record: without it the kernel holds the record open for a
+    // continuation and readers do not see it yet.
+    write_kmsg(&format!(
+        "<0>Killed process 12483 (NVRM: Xid:79) {marker}\n"
+    ));
+    let kmsg = real_kernel_log();
     assert!(
         kmsg.lines()
             .any(|l| l.contains(";NVRM: Xid:79[") && l.contains("segfault")),
@@ -343,37 +361,17 @@ fn forged_xids_in_the_real_kernel_log_are_not_counted() {
         return;
     }
     let marker = format!("hostile-{}", std::process::id());
-    let st = as_nobody("segfault", &["NVRM: Xid:79"])
-        .status()
-        .expect("segfault child");
-    assert!(!st.success(), "the child segfaulted");
+    segfault_as_nobody("NVRM: Xid:79");
     for text in [
         "NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x, GPU has fallen off the bus.".to_string(),
         "<3>NVRM: Xid (PCI:0000:53:00): 48, pid=1, name=x".to_string(),
         format!("<0>Killed process 12483 (NVRM: Xid:79) {marker}"),
         format!("traps: NVRM: Xid:79[12483] trap divide error {marker}"),
     ] {
-        // One open per write: /dev/kmsg rate-limits per open file.
-        let mut k = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/kmsg")
-            .expect("kmsg");
-        k.write_all(text.as_bytes()).expect("write kmsg");
+        write_kmsg(&text);
     }
     let log = read_kmsg(Path::new("/")).expect("read /dev/kmsg");
-    let mut kmsg = String::new();
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags_nonblock()
-        .open("/dev/kmsg")
-        .expect("kmsg");
-    let mut buf = vec![0u8; 16 * 1024];
-    while let Ok(n) = std::io::Read::read(&mut f, &mut buf) {
-        if n == 0 {
-            break;
-        }
-        kmsg.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    let kmsg = real_kernel_log();
     let segv = kmsg
         .lines()
         .find(|l| l.contains(";NVRM: Xid:79[") && l.contains("segfault"));
@@ -674,12 +672,13 @@ fn a_forged_xid_cannot_spend_the_circuit_breakers_share() {
         return;
     }
     let breaker = "[drain]\nmax_share = 0.25\n";
-    let a = Node::new(&forged_kernel_log());
+    let forged = forged_kernel_log();
+    let a = Node::new(&forged);
     a.fake_slurm();
     let (_, json, asked) = a.run_on("health", "n1", breaker, &fleet(&[]));
     assert_ne!(json["verdict"], "drain", "{json}");
     assert_eq!(asked, "", "n1 was not drained");
-    let b = Node::new(REAL_XID);
+    let b = Node::new(&format!("{forged}{REAL_XID}"));
     b.fake_slurm();
     let (_, json, asked) = b.run_on("health", "n2", breaker, &fleet(&[]));
     assert_eq!(json["verdict"], "drain", "{json}");
@@ -810,6 +809,18 @@ fn a_rename_race_in_a_non_sticky_dir_leaves_no_root_file_and_never_drains() {
     }
 }
 
+/// A node with a 1777 dir `parent` (where `nobody` plants) and a root dir `victim`
+/// (where root must never write through a plant).
+fn sticky_parent_and_victim(parent: &str) -> (Node, PathBuf, PathBuf) {
+    let node = Node::new("6,1,1,-;Linux version 6.1\n");
+    let parent = node.path(parent);
+    std::fs::create_dir(&parent).expect("parent");
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).expect("1777");
+    let victim = node.path("victim");
+    std::fs::create_dir(&victim).expect("victim");
+    (node, parent, victim)
+}
+
 /// Attack 3 under a 1777 parent: the mapping dir is `nobody`'s symlink to a root
 /// directory, `nobody`'s own directory, and by turns each of them while prologs run.
 /// Root never writes a mapping file anywhere but its own dir.
@@ -819,12 +830,7 @@ fn a_mapping_dir_swapped_under_a_sticky_parent_is_never_written_through() {
         eprintln!("skipped: needs root (the attacker runs as nobody)");
         return;
     }
-    let node = Node::new("6,1,1,-;Linux version 6.1\n");
-    let parent = node.path("run");
-    std::fs::create_dir(&parent).expect("parent");
-    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).expect("1777");
-    let victim = node.path("victim");
-    std::fs::create_dir(&victim).expect("victim");
+    let (node, parent, victim) = sticky_parent_and_victim("run");
     let map = parent.join("map");
     let extra = format!("[metrics]\ndcgm_job_mapping_dir = \"{}\"\n", map.display());
     let job = [("SLURM_JOB_ID", "42"), ("SLURM_JOB_GPUS", "0")];
@@ -906,12 +912,7 @@ fn a_world_writable_or_symlinked_textfile_dir_is_refused() {
         eprintln!("skipped: needs root (the attacker runs as nobody)");
         return;
     }
-    let node = Node::new("6,1,1,-;Linux version 6.1\n");
-    let parent = node.path("metrics");
-    std::fs::create_dir(&parent).expect("parent");
-    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).expect("1777");
-    let victim = node.path("victim");
-    std::fs::create_dir(&victim).expect("victim");
+    let (node, parent, victim) = sticky_parent_and_victim("metrics");
     for (dir, plant) in [("open", 0o777), ("sticky", 0o1777), ("link", 0)] {
         let at = parent.join(dir);
         let at_s = at.display().to_string();
@@ -958,9 +959,7 @@ fn a_fifo_lock_in_a_trusted_state_dir_is_refused_and_the_checks_run() {
     std::fs::create_dir(&state).expect("state");
     std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).expect("0755");
     let lock = state.join("health.lock");
-    let c = std::ffi::CString::new(lock.clone().into_os_string().into_vec()).expect("path");
-    // SAFETY: mkfifo on a NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    mkfifo(&lock, 0o600);
     for program in ["prolog", "health"] {
         let t = Instant::now();
         let (out, json) = node.run(program, "", &[]);
