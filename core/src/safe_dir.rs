@@ -298,9 +298,12 @@ impl SafeDir {
 
     /// A new, nameless file in the directory for a write probe: O_TMPFILE where the
     /// filesystem has it (no name ever exists), else a file with an unpredictable name
-    /// (`PREFIX.<64 random bits>`, tried again on EEXIST) unlinked at once. If the name
-    /// was renamed or linked by someone else before the unlink (a directory others may
-    /// rename in), the file is emptied and the probe is [`ProbeError::Interfered`].
+    /// (`PREFIX.<64 random bits>`, tried again on EEXIST) unlinked at once. The named
+    /// file is made only in a directory nobody else may rename in (ours, and not
+    /// group/other-writable unless sticky); elsewhere the probe is
+    /// [`ProbeError::Interfered`] before any name exists. If the name was renamed or linked
+    /// anyway before the unlink, the file is emptied, removed under any name it has in
+    /// the directory, and the probe is [`ProbeError::Interfered`].
     pub fn probe_file(&self, prefix: &str) -> Result<File, ProbeError> {
         self.probe_file_with(prefix, true)
     }
@@ -329,6 +332,20 @@ impl SafeDir {
                 )));
             }
         }
+        // A named file in a directory where someone else may rename it (writable by
+        // group or others without the sticky bit, or another user's) could be moved
+        // out of reach before the unlink and left behind as root's: not made at all.
+        let io_dir = |e: io::Error| ProbeError::Io(format!("{}: {e}", self.path.display()));
+        let meta = self.dir.metadata().map_err(io_dir)?;
+        let me = rustix::process::geteuid().as_raw();
+        if meta.uid() != me || (meta.mode() & 0o022 != 0 && meta.mode() & 0o1000 == 0) {
+            return Err(ProbeError::Interfered(format!(
+                "{} lets others rename entries (owner uid {}, mode {:04o}) and its filesystem has no O_TMPFILE; not probed (make it sticky, chmod +t, or root's)",
+                self.path.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            )));
+        }
         let (name, file) = self.create_unique(prefix).map_err(|e| {
             if e.contains("were all taken") {
                 ProbeError::Interfered(e)
@@ -337,6 +354,12 @@ impl SafeDir {
             }
         })?;
         let io = |e: io::Error| ProbeError::Io(format!("{}: {e}", self.shown(&name)));
+        #[cfg(test)]
+        tests::BEFORE_UNLINK.with(|h| {
+            if let Some(h) = &*h.borrow() {
+                h(&self.path, &name);
+            }
+        });
         let ours = file.metadata().map_err(io)?;
         let there = rustix::fs::statat(&self.dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW);
         if there.is_ok_and(|s| s.st_ino == ours.ino() && s.st_dev == ours.dev()) {
@@ -344,6 +367,7 @@ impl SafeDir {
         }
         if file.metadata().map_err(io)?.nlink() != 0 {
             let _ = rustix::fs::ftruncate(&file, 0);
+            self.unlink_inode(ours.dev(), ours.ino());
             return Err(ProbeError::Interfered(format!(
                 "the probe file {} was renamed or linked by someone else before it was removed ({} lets others rename entries); not probed",
                 self.shown(&name),
@@ -351,6 +375,28 @@ impl SafeDir {
             )));
         }
         Ok(file)
+    }
+
+    /// Remove every entry of this directory that is the file `(dev, ino)` (a probe file
+    /// renamed within it); best effort.
+    fn unlink_inode(&self, dev: u64, ino: u64) {
+        let Ok(listing) = rustix::fs::openat(&self.dir, ".", at_flags_dir(), Mode::empty())
+            .map_err(io::Error::from)
+            .and_then(|fd| rustix::fs::Dir::read_from(fd).map_err(io::Error::from))
+        else {
+            return;
+        };
+        for entry in listing.flatten() {
+            let name = entry.file_name();
+            if entry.ino() != ino || name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
+            }
+            let same = rustix::fs::statat(&self.dir, name, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|s| s.st_ino == ino && s.st_dev == dev);
+            if same {
+                let _ = rustix::fs::unlinkat(&self.dir, name, AtFlags::empty());
+            }
+        }
     }
 
     /// A new file `PREFIX.<random>` (O_EXCL | O_NOFOLLOW, mode 0600), retried on EEXIST.
@@ -470,15 +516,29 @@ mod tests {
         f.write_all(b"data").expect("write");
         d.remove("x").expect("remove");
         d.remove("x").expect("absent is fine");
-        let mut left: Vec<_> = std::fs::read_dir(tmp.path().join("a/b"))
+        assert_eq!(names_in(&tmp.path().join("a/b")), ["l", "lock", "p"]);
+    }
+
+    type Hook = Box<dyn Fn(&Path, &str)>;
+
+    thread_local! {
+        /// Called by the named probe between its create and its unlink: the race window.
+        pub(super) static BEFORE_UNLINK: std::cell::RefCell<Option<Hook>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
             .expect("list")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
             .collect();
-        left.sort();
-        assert_eq!(left, ["l", "lock", "p"]);
+        names.sort();
+        names
     }
 
-    /// The named fallback: planted names are never followed and never block the probe.
+    /// The named fallback: planted names are never followed and never block the probe; a
+    /// rename in the race window is spotted and leaves no file behind; a directory others
+    /// may rename in gets no named file at all.
     #[test]
     fn the_named_probe_retries_and_spots_a_rename() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -486,10 +546,46 @@ mod tests {
         for i in 0..100 {
             symlink("/etc/shadow", tmp.path().join(format!(".probe.{i:016x}"))).expect("plant");
         }
+        let planted = names_in(tmp.path());
         let mut f = d
             .probe_file_with(".probe", false)
             .expect("probe past the plants");
         f.write_all(b"x").expect("write");
         assert_eq!(f.metadata().expect("meta").nlink(), 0);
+        // Renamed away (and a decoy put at the old name) between create and unlink.
+        BEFORE_UNLINK.with(|h| {
+            *h.borrow_mut() = Some(Box::new(|dir: &Path, name: &str| {
+                std::fs::rename(dir.join(name), dir.join("stolen")).expect("rename");
+                std::fs::write(dir.join(name), "decoy").expect("decoy");
+            }))
+        });
+        let e = d.probe_file_with(".probe", false).expect_err("renamed");
+        BEFORE_UNLINK.with(|h| *h.borrow_mut() = None);
+        assert!(
+            matches!(&e, ProbeError::Interfered(w) if w.contains("was renamed or linked by someone else")),
+            "{e:?}"
+        );
+        let mut left = names_in(tmp.path());
+        let decoy = left
+            .iter()
+            .position(|n| n.starts_with(".probe.") && !planted.contains(n))
+            .expect("the decoy stays: not ours");
+        left.remove(decoy);
+        assert_eq!(left, planted, "the renamed probe file is gone");
+        // Writable by others without the sticky bit: refused before any name is made.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        let before = names_in(tmp.path());
+        let e = d.probe_file_with(".probe", false).expect_err("0777");
+        assert!(
+            matches!(&e, ProbeError::Interfered(w) if w.contains("lets others rename entries")),
+            "{e:?}"
+        );
+        assert_eq!(names_in(tmp.path()), before);
+        // Sticky: only the file's owner may rename it; the named probe runs.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod");
+        d.probe_file_with(".probe", false).expect("sticky");
+        assert_eq!(names_in(tmp.path()), before);
     }
 }

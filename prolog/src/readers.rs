@@ -126,10 +126,11 @@ fn port_counters(dir: &Path) -> PortCounters {
 
 /// XIDs since boot: `/dev/kmsg` on the live node, `ROOT/dev/kmsg` as a file of records
 /// under any other root. Either is streamed through core's scanner a record at a time,
-/// so memory stays bounded whatever the log holds and no read cap can stop before the
-/// newest records: the kernel's ring buffer is the only bound. Records the kernel
-/// overwrote while the reader read (a flood) are counted as lost (the sequence gap after
-/// EPIPE) and reported by the check as a warning; a fixture larger than
+/// so memory stays bounded whatever the log holds. The live read goes on to the newest
+/// record; only a flood that refills the buffer as fast as it is read reaches its record
+/// cap ([`MAX_KMSG_RECORDS`]), and the records left unread then count as lost. Records
+/// the kernel overwrote while the reader read (a flood) are counted as lost (the
+/// sequence gap after EPIPE); the check reports the loss as a warning. A fixture larger than
 /// [`MAX_LOG_BYTES`] is read from its newest [`MAX_LOG_BYTES`], the lines before counted
 /// as lost.
 pub fn read_kmsg(root: &Path) -> Gathered<KernelLog> {
@@ -175,12 +176,30 @@ pub fn read_kmsg(root: &Path) -> Gathered<KernelLog> {
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open("/dev/kmsg")
         .map_err(|e| Gap::Failed(format!("/dev/kmsg: {e}")))?;
+    scan_live(&mut file, MAX_KMSG_RECORDS, &mut log)
+        .map_err(|e| Gap::Failed(format!("/dev/kmsg: {e}")))?;
+    log.finish();
+    Ok(log)
+}
+
+/// More records than the largest kernel ring buffer (2^25 bytes) can hold several times
+/// over: the live read's bound, reached only while a flood refills the buffer.
+const MAX_KMSG_RECORDS: usize = 1 << 22;
+
+/// The live log's records from `src` (non-blocking /dev/kmsg, one record per read),
+/// oldest first up to the newest, at most `cap` reads. Records the kernel overwrote
+/// while they were read (EPIPE, then a sequence gap) count as lost. A read stopped by
+/// the cap while records were still there (a flood refilling the buffer as fast as it
+/// is read) counts those as lost too, at least the one record past the cap, so the
+/// check's `KMSG_FLOOD` says the log was not read to its end; every record read before
+/// the cap, the newest among them included, is scanned.
+fn scan_live(src: &mut impl Read, cap: usize, log: &mut KernelLog) -> std::io::Result<()> {
     // One record per read; a record is at most about 8 KiB with its dictionary.
     let mut buf = vec![0u8; 16 * 1024];
     let mut overrun = false;
-    for _ in 0..MAX_KMSG_RECORDS {
-        match file.read(&mut buf) {
-            Ok(0) => break,
+    for _ in 0..cap {
+        match src.read(&mut buf) {
+            Ok(0) => return Ok(()),
             Ok(n) => {
                 let before = log.last_seq;
                 for line in String::from_utf8_lossy(&buf[..n]).lines() {
@@ -192,20 +211,36 @@ pub fn read_kmsg(root: &Path) -> Gathered<KernelLog> {
                     log.notes.lost += now.saturating_sub(b).saturating_sub(1);
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
             // EPIPE: records were overwritten while reading; the next read goes on at
             // the oldest one left, and the gap is what the flood took.
             Err(e) if e.raw_os_error() == Some(libc::EPIPE) => overrun = true,
-            Err(e) => return Err(Gap::Failed(format!("/dev/kmsg: {e}"))),
+            Err(e) => return Err(e),
         }
     }
-    log.finish();
-    Ok(log)
+    // At the cap: one more read tells whether the log had more. That record is not
+    // scanned (counting it read would make the loss a guess); it and any gap before it
+    // are the lost records, a lower bound.
+    match src.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => {
+            let mut past = KernelLog::default();
+            for line in String::from_utf8_lossy(&buf[..n]).lines() {
+                past.scan(line);
+            }
+            let gap = match (log.last_seq, past.last_seq) {
+                (Some(b), Some(now)) => now.saturating_sub(b).saturating_sub(1),
+                _ => 0,
+            };
+            log.notes.lost += gap + 1;
+        }
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+        // Overwritten since the last read: at least one record went unread.
+        Err(e) if e.raw_os_error() == Some(libc::EPIPE) => log.notes.lost += 1,
+        Err(e) => return Err(e),
+    }
+    Ok(())
 }
-
-/// More records than the largest kernel ring buffer (2^25 bytes) can hold several times
-/// over: the live read's bound, reached only while a flood refills the buffer.
-const MAX_KMSG_RECORDS: usize = 1 << 22;
 
 /// How a mount is probed; the seam lets tests stand in a mount whose stat never returns.
 /// A probe that a job user kept from running (a symlink on the way, names taken, its
@@ -350,6 +385,86 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Duration;
+
+    /// A live /dev/kmsg stand-in: one record per read, seq `next..end`, XID 79 at the
+    /// seqs in `xids`, EPIPE once before seq `overwritten.0`, whose records up to
+    /// `overwritten.1` the flood took.
+    struct Live {
+        next: u64,
+        end: u64,
+        xids: Vec<u64>,
+        overwritten: Option<(u64, u64)>,
+    }
+
+    impl Read for Live {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if let Some((from, to)) = self.overwritten
+                && self.next == from
+            {
+                self.overwritten = None;
+                self.next = to + 1;
+                return Err(std::io::Error::from_raw_os_error(libc::EPIPE));
+            }
+            if self.next >= self.end {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let seq = self.next;
+            self.next += 1;
+            let line = if self.xids.contains(&seq) {
+                format!("4,{seq},1,-;NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x\n")
+            } else {
+                format!("6,{seq},1,-;flood {seq}\n")
+            };
+            buf[..line.len()].copy_from_slice(line.as_bytes());
+            Ok(line.len())
+        }
+    }
+
+    fn live(src: &mut Live, cap: usize) -> KernelLog {
+        let mut log = KernelLog::default();
+        scan_live(src, cap, &mut log).expect("scan");
+        log.finish();
+        log
+    }
+
+    #[test]
+    fn the_live_read_counts_what_its_record_cap_left_unread() {
+        // Read to the end within the cap: nothing lost, both XIDs counted.
+        let mut src = Live {
+            next: 1,
+            end: 101,
+            xids: vec![3, 100],
+            overwritten: None,
+        };
+        let log = live(&mut src, 100);
+        assert_eq!(
+            (log.xids.len(), log.notes.lost, log.last_seq),
+            (2, 0, Some(100))
+        );
+        // A flood past the cap: the records read, the newest of them (seq 100) and an
+        // XID an overrun skipped to included, are scanned; what the cap left is lost.
+        let mut src = Live {
+            next: 1,
+            end: 1000,
+            xids: vec![3, 60, 100],
+            overwritten: Some((20, 49)),
+        };
+        let log = live(&mut src, 70);
+        // 70 reads: one EPIPE, seqs 1..19 and 50..99 (69 records); 20..49 overwritten.
+        assert_eq!(log.last_seq, Some(99));
+        assert_eq!(log.xids.iter().map(|x| x.seq).collect::<Vec<_>>(), [3, 60]);
+        // 30 overwritten, and at least seq 100 past the cap.
+        assert_eq!(log.notes.lost, 31);
+        let mut src = Live {
+            next: 1,
+            end: 1000,
+            xids: vec![70],
+            overwritten: None,
+        };
+        let log = live(&mut src, 70);
+        assert_eq!(log.xids.iter().map(|x| x.seq).collect::<Vec<_>>(), [70]);
+        assert_eq!(log.notes.lost, 1, "the read stopped with records left");
+    }
 
     #[test]
     fn the_boot_id_is_read_under_the_root() {

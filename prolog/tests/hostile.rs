@@ -4,7 +4,8 @@
 //! verdict, drain and file must come out unharmed. Root only: a skip names the reason.
 
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -57,14 +58,10 @@ fn attacker() {
                 std::os::unix::fs::symlink(pair[0], pair[1]).expect("plant symlink");
             }
         }
-        "fifo" => {
-            let p = std::ffi::CString::new(args[0]).expect("path");
-            // SAFETY: mkfifo on a NUL-terminated path.
-            assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), 0o666) }, 0, "mkfifo");
-        }
+        "fifo" => mkfifo(Path::new(args[0]), 0o666),
         "plant" => {
-            // A file at each of the old predictable probe names, and symlinks and FIFOs
-            // at names of the new form's prefix.
+            // A file at each of the old predictable probe names, and symlinks at names
+            // of the new form's prefix (FIFOs: `plant-fifos`).
             let dir = Path::new(args[0]);
             for pid in 1..=2000 {
                 for kind in ["bandwidth", "probe"] {
@@ -74,6 +71,59 @@ fn attacker() {
                     "/etc/shadow",
                     dir.join(format!(".gpu-affinity-bandwidth.{pid:016x}")),
                 );
+            }
+        }
+        "plant-fifos" => {
+            // FIFOs at the old predictable names and at names of the new form's prefix:
+            // an open that waited on one would hang the pass.
+            let dir = Path::new(args[0]);
+            for pid in 1..=2000u32 {
+                for name in [
+                    format!(".gpu-affinity-bandwidth.n1.{pid}"),
+                    format!(".gpu-affinity-probe.n1.{pid}"),
+                    format!(".gpu-affinity-bandwidth.{pid:016x}"),
+                    format!(".gpu-affinity-probe.{pid:016x}"),
+                ] {
+                    mkfifo(&dir.join(name), 0o666);
+                }
+            }
+        }
+        "rename-loop" => {
+            // Until killed: every entry that is not the attacker's own is renamed to an
+            // attacker name (stealing it) and replaced by a file of the attacker's.
+            let dir = Path::new(args[0]);
+            println!("ready");
+            let mut n = 0u64;
+            loop {
+                let Ok(entries) = std::fs::read_dir(dir) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.starts_with("stolen.") || name.starts_with("decoy.") {
+                        continue;
+                    }
+                    n += 1;
+                    if std::fs::rename(e.path(), dir.join(format!("stolen.{n}"))).is_ok() {
+                        let _ = std::fs::write(dir.join(format!("decoy.{name}")), "");
+                    }
+                }
+            }
+        }
+        "swap-loop" => {
+            // Until killed: `args[0]` is by turns the attacker's own directory and the
+            // attacker's symlink to `args[1]`.
+            let (at, target) = (Path::new(args[0]), args[1]);
+            println!("ready");
+            loop {
+                let _ = std::fs::remove_file(at);
+                let _ = std::fs::remove_dir(at);
+                let _ = std::fs::create_dir(at);
+                let _ = std::fs::set_permissions(at, std::fs::Permissions::from_mode(0o777));
+                std::thread::yield_now();
+                let _ = std::fs::remove_dir(at);
+                let _ = std::os::unix::fs::symlink(target, at);
+                std::thread::yield_now();
             }
         }
         "hold-lock" => {
@@ -88,6 +138,12 @@ fn attacker() {
         }
         other => panic!("unknown act {other}"),
     }
+}
+
+fn mkfifo(path: &Path, mode: libc::mode_t) {
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).expect("path");
+    // SAFETY: mkfifo on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(p.as_ptr(), mode) }, 0, "mkfifo");
 }
 
 fn run_ok(mut c: Command) {
@@ -135,9 +191,14 @@ impl Node {
             self.root.join("bin").display(),
         );
         std::fs::write(&cfg, text).expect("config");
+        let epilog;
         let bin = match program {
-            "health" => env!("CARGO_BIN_EXE_gpu-affinity-health"),
-            _ => env!("CARGO_BIN_EXE_gpu-affinity-prolog"),
+            "health" => Path::new(env!("CARGO_BIN_EXE_gpu-affinity-health")),
+            "epilog" => {
+                epilog = epilog_binary();
+                epilog.as_path()
+            }
+            _ => Path::new(env!("CARGO_BIN_EXE_gpu-affinity-prolog")),
         };
         let out = Command::new(bin)
             .args(["--json", "--config"])
@@ -150,6 +211,134 @@ impl Node {
         let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
         (out, json)
     }
+}
+
+impl Node {
+    /// Fake `sinfo` (prints `$FAKE_SINFO`) and `scontrol` (appends its arguments to
+    /// `$FAKE_SCONTROL_LOG`) in the config's bin_dir, as the fault matrix's clients do.
+    fn fake_slurm(&self) {
+        for (name, body) in [
+            ("sinfo", "printf '%s' \"$FAKE_SINFO\"\n"),
+            ("scontrol", "echo \"$*\" >> \"$FAKE_SCONTROL_LOG\"\n"),
+        ] {
+            let path = self.root.join("bin").join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}")).expect("fake client");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+    }
+
+    /// `program` on node `name` with the fakes answering `sinfo` rows; what scontrol was
+    /// asked (empty when nothing).
+    fn run_on(
+        &self,
+        program: &str,
+        name: &str,
+        extra: &str,
+        sinfo: &str,
+    ) -> (Output, serde_json::Value, String) {
+        let log = self.path("scontrol.log");
+        let _ = std::fs::remove_file(&log);
+        let log_s = log.display().to_string();
+        let (out, json) = self.run(
+            program,
+            extra,
+            &[
+                ("SLURMD_NODENAME", name),
+                ("SLURM_JOB_ID", "42"),
+                ("FAKE_SINFO", sinfo),
+                ("FAKE_SCONTROL_LOG", &log_s),
+            ],
+        );
+        (out, json, std::fs::read_to_string(&log).unwrap_or_default())
+    }
+}
+
+/// `cargo build -p gpu-affinity-epilog` (another package) once; its path in this
+/// test's target dir.
+fn epilog_binary() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let target = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent()?.parent().map(Path::to_path_buf))
+            .expect("target dir");
+        let path = target.join("gpu-affinity-epilog");
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "-q", "-p", "gpu-affinity-epilog"])
+            .status()
+            .expect("cargo build gpu-affinity-epilog");
+        assert!(status.success() && path.exists(), "{}", path.display());
+        path
+    })
+    .clone()
+}
+
+/// `nobody` names itself `name` (prctl) and segfaults: the kernel logs
+/// `NAME[PID]: segfault at 0 ...`.
+fn segfault_as_nobody(name: &str) {
+    let st = as_nobody("segfault", &[name])
+        .status()
+        .expect("segfault child");
+    assert!(!st.success(), "the child segfaulted");
+}
+
+/// One record written to /dev/kmsg as root (opened per write: /dev/kmsg rate-limits per
+/// open file).
+fn write_kmsg(text: &str) {
+    let mut k = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/kmsg")
+        .expect("kmsg");
+    k.write_all(text.as_bytes()).expect("write kmsg");
+}
+
+/// The whole live kernel log as /dev/kmsg records, oldest first.
+fn real_kernel_log() -> String {
+    let mut kmsg = String::new();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags_nonblock()
+        .open("/dev/kmsg")
+        .expect("kmsg");
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n) = std::io::Read::read(&mut f, &mut buf) {
+        if n == 0 {
+            break;
+        }
+        kmsg.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    kmsg
+}
+
+/// The real kernel log after `nobody` set its name to `NVRM: Xid:79` and segfaulted, and
+/// root staged the OOM-killer shape quoting that name: forged XIDs only.
+fn forged_kernel_log() -> String {
+    segfault_as_nobody("NVRM: Xid:79");
+    let marker = format!("hostile-{}", std::process::id());
+    // The newline ends the record: without it the kernel holds the record open for a
+    // continuation and readers do not see it yet.
+    write_kmsg(&format!(
+        "<0>Killed process 12483 (NVRM: Xid:79) {marker}\n"
+    ));
+    let kmsg = real_kernel_log();
+    assert!(
+        kmsg.lines()
+            .any(|l| l.contains(";NVRM: Xid:79[") && l.contains("segfault")),
+        "the kernel logged the segfault (debug.exception-trace = 1)"
+    );
+    assert!(kmsg.contains(&marker), "the staged OOM-killer line");
+    kmsg
+}
+
+/// sinfo rows of a four-node partition, `drained` naming nodes the suite drained.
+fn fleet(drained: &[&str]) -> String {
+    ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|n| match drained.contains(n) {
+            true => format!("{n}|gpu*|drained|gpu:8|gpu-affinity: GPU_XID_79 gpu=0000:53:00.0\n"),
+            false => format!("{n}|gpu*|idle|gpu:8|none\n"),
+        })
+        .collect()
 }
 
 fn check<'j>(json: &'j serde_json::Value, id: &str) -> &'j serde_json::Value {
@@ -172,37 +361,17 @@ fn forged_xids_in_the_real_kernel_log_are_not_counted() {
         return;
     }
     let marker = format!("hostile-{}", std::process::id());
-    let st = as_nobody("segfault", &["NVRM: Xid:79"])
-        .status()
-        .expect("segfault child");
-    assert!(!st.success(), "the child segfaulted");
+    segfault_as_nobody("NVRM: Xid:79");
     for text in [
         "NVRM: Xid (PCI:0000:53:00): 79, pid=1, name=x, GPU has fallen off the bus.".to_string(),
         "<3>NVRM: Xid (PCI:0000:53:00): 48, pid=1, name=x".to_string(),
         format!("<0>Killed process 12483 (NVRM: Xid:79) {marker}"),
         format!("traps: NVRM: Xid:79[12483] trap divide error {marker}"),
     ] {
-        // One open per write: /dev/kmsg rate-limits per open file.
-        let mut k = std::fs::OpenOptions::new()
-            .write(true)
-            .open("/dev/kmsg")
-            .expect("kmsg");
-        k.write_all(text.as_bytes()).expect("write kmsg");
+        write_kmsg(&text);
     }
     let log = read_kmsg(Path::new("/")).expect("read /dev/kmsg");
-    let mut kmsg = String::new();
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags_nonblock()
-        .open("/dev/kmsg")
-        .expect("kmsg");
-    let mut buf = vec![0u8; 16 * 1024];
-    while let Ok(n) = std::io::Read::read(&mut f, &mut buf) {
-        if n == 0 {
-            break;
-        }
-        kmsg.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
+    let kmsg = real_kernel_log();
     let segv = kmsg
         .lines()
         .find(|l| l.contains(";NVRM: Xid:79[") && l.contains("segfault"));
@@ -442,4 +611,374 @@ fn a_node_name_with_a_path_in_it_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("is not a Slurm node name"), "{stderr}");
+}
+
+/// Attack 1 through the epilog and `handoff = "hyperpod"`: forged process-name XIDs in
+/// the real kernel log (a segfault record, the OOM-killer shape) never drain and never
+/// ask for `Action:Reboot`; a real XID through the same path does.
+#[test]
+fn forged_xids_never_drain_through_the_epilog_or_hyperpod() {
+    if !is_root() {
+        eprintln!("skipped: needs root (a real segfault record as nobody, /dev/kmsg writes)");
+        return;
+    }
+    let kmsg = forged_kernel_log();
+    let node = Node::new(&kmsg);
+    node.fake_slurm();
+    for (program, extra) in [
+        ("epilog", ""),
+        ("epilog", "[drain]\nhandoff = \"hyperpod\"\n"),
+        ("health", "[drain]\nhandoff = \"hyperpod\"\n"),
+        ("prolog", "[drain]\nhandoff = \"hyperpod\"\n"),
+    ] {
+        let (out, json, asked) = node.run_on(program, "n1", extra, &fleet(&[]));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(
+            json["verdict"], "drain",
+            "{program} {extra}: {json} {stderr}"
+        );
+        assert_eq!(
+            check(&json, "gpu.xid")["class"],
+            "warn",
+            "{program}: {json}"
+        );
+        assert_eq!(asked, "", "{program} {extra}: scontrol was asked");
+        assert_eq!(out.status.code(), Some(0), "{program}: {stderr}");
+    }
+    let node = Node::new(&format!("{kmsg}{REAL_XID}"));
+    node.fake_slurm();
+    for program in ["epilog", "health"] {
+        let (_, json, asked) = node.run_on(
+            program,
+            "n1",
+            "[drain]\nhandoff = \"hyperpod\"\n",
+            &fleet(&[]),
+        );
+        assert_eq!(json["verdict"], "drain", "{program}: {json}");
+        assert!(
+            asked.starts_with("update nodename=n1 state=fail reason=Action:Reboot"),
+            "{program}: {asked}"
+        );
+    }
+}
+
+/// A forged drain would spend the circuit breaker's share: with `max_share` set so that
+/// one drained node of four holds back the next, a forged XID on n1 drains nothing, so
+/// a real XID on n2 still drains (and would be held back had n1 been drained).
+#[test]
+fn a_forged_xid_cannot_spend_the_circuit_breakers_share() {
+    if !is_root() {
+        eprintln!("skipped: needs root (a real segfault record as nobody, /dev/kmsg writes)");
+        return;
+    }
+    let breaker = "[drain]\nmax_share = 0.25\n";
+    let forged = forged_kernel_log();
+    let a = Node::new(&forged);
+    a.fake_slurm();
+    let (_, json, asked) = a.run_on("health", "n1", breaker, &fleet(&[]));
+    assert_ne!(json["verdict"], "drain", "{json}");
+    assert_eq!(asked, "", "n1 was not drained");
+    let b = Node::new(&format!("{forged}{REAL_XID}"));
+    b.fake_slurm();
+    let (_, json, asked) = b.run_on("health", "n2", breaker, &fleet(&[]));
+    assert_eq!(json["verdict"], "drain", "{json}");
+    assert!(
+        asked.starts_with("update nodename=n2 state=drain reason=gpu-affinity: GPU_XID_79"),
+        "{asked}"
+    );
+    // The breaker is that tight: had n1 been drained, n2's drain would be held back.
+    let (_, json, asked) = b.run_on("health", "n2", breaker, &fleet(&["n1"]));
+    assert_eq!(asked, "", "held back");
+    assert!(json.to_string().contains("circuit breaker"), "{json}");
+}
+
+fn probed_node(modes: &[(&str, u32)]) -> Node {
+    let node = Node::new("6,1,1,-;Linux version 6.1\n");
+    std::fs::write(
+        node.root.join("proc/mounts"),
+        "/dev/sda1 /fsx ext4 rw 0 0\n",
+    )
+    .expect("mounts");
+    for (d, mode) in modes {
+        let d = node.root.join(d);
+        std::fs::create_dir(&d).expect("dir");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(*mode)).expect("mode");
+    }
+    node
+}
+
+const PROBED: &str = "[[storage.mount]]\npath = \"/fsx\"\nwrite = true\n[storage]\ncheckpoint_dir = \"/shared/ckpt\"\n\
+                      checkpoint_floor_mbps = 1\ncheckpoint_probe_mib = 1\n";
+
+/// Attack 2 with FIFOs: planted at the old and the new probe names in a world-writable
+/// checkpoint dir and mount, they neither hang nor fail a probe.
+#[test]
+fn fifos_at_the_probe_names_never_hang_or_drain() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the attacker runs as nobody)");
+        return;
+    }
+    let node = probed_node(&[("fsx", 0o777), ("shared", 0o1777), ("shared/ckpt", 0o777)]);
+    for d in ["fsx", "shared/ckpt"] {
+        run_ok(as_nobody(
+            "plant-fifos",
+            &[&node.root.join(d).display().to_string()],
+        ));
+    }
+    let listing = |d: &str| {
+        let mut v: Vec<_> = std::fs::read_dir(node.root.join(d))
+            .expect("list")
+            .map(|e| {
+                let e = e.expect("entry");
+                let m = e.metadata().expect("meta");
+                (e.file_name(), m.uid(), m.file_type().is_fifo())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = (listing("fsx"), listing("shared/ckpt"));
+    assert!(
+        before
+            .0
+            .iter()
+            .all(|(_, uid, fifo)| *uid == NOBODY && *fifo)
+    );
+    let t = Instant::now();
+    let (out, json) = node.run("health", PROBED, &[]);
+    assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for id in ["storage.checkpoint_bandwidth", "storage.writable"] {
+        assert_eq!(check(&json, id)["status"], "pass", "{id}: {json} {stderr}");
+    }
+    assert_ne!(json["verdict"], "drain", "{json}");
+    assert_eq!((listing("fsx"), listing("shared/ckpt")), before);
+}
+
+/// The rename race in a NON-sticky 0777 checkpoint dir and mount: `nobody` renames away
+/// and replaces every entry it did not make, over and over, while passes run. No pass
+/// drains and no file of root's is left behind (the probe file never has a name).
+#[test]
+fn a_rename_race_in_a_non_sticky_dir_leaves_no_root_file_and_never_drains() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the attacker runs as nobody)");
+        return;
+    }
+    let node = probed_node(&[("fsx", 0o777), ("shared", 0o1777), ("shared/ckpt", 0o777)]);
+    let mut racers = Vec::new();
+    for d in ["fsx", "shared/ckpt"] {
+        let mut racer = as_nobody("rename-loop", &[&node.root.join(d).display().to_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("racer");
+        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+            racer.stdout.take().expect("stdout"),
+        ));
+        assert!(
+            lines.any(|l| l.is_ok_and(|l| l.trim() == "ready")),
+            "the racer runs"
+        );
+        racers.push((racer, lines));
+    }
+    let mut results = Vec::new();
+    for _ in 0..3 {
+        results.push(node.run("health", PROBED, &[]));
+    }
+    for (mut r, _) in racers {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    for (out, json) in &results {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(json["verdict"], "drain", "{json} {stderr}");
+        for id in ["storage.checkpoint_bandwidth", "storage.writable"] {
+            assert_ne!(check(json, id)["status"], "fail", "{id}: {json}");
+        }
+    }
+    for d in ["fsx", "shared/ckpt"] {
+        for e in std::fs::read_dir(node.root.join(d)).expect("list") {
+            let e = e.expect("entry");
+            let m = e.metadata().expect("meta");
+            assert_eq!(
+                m.uid(),
+                NOBODY,
+                "a file of root's left: {}",
+                e.path().display()
+            );
+        }
+    }
+}
+
+/// A node with a 1777 dir `parent` (where `nobody` plants) and a root dir `victim`
+/// (where root must never write through a plant).
+fn sticky_parent_and_victim(parent: &str) -> (Node, PathBuf, PathBuf) {
+    let node = Node::new("6,1,1,-;Linux version 6.1\n");
+    let parent = node.path(parent);
+    std::fs::create_dir(&parent).expect("parent");
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).expect("1777");
+    let victim = node.path("victim");
+    std::fs::create_dir(&victim).expect("victim");
+    (node, parent, victim)
+}
+
+/// Attack 3 under a 1777 parent: the mapping dir is `nobody`'s symlink to a root
+/// directory, `nobody`'s own directory, and by turns each of them while prologs run.
+/// Root never writes a mapping file anywhere but its own dir.
+#[test]
+fn a_mapping_dir_swapped_under_a_sticky_parent_is_never_written_through() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the attacker runs as nobody)");
+        return;
+    }
+    let (node, parent, victim) = sticky_parent_and_victim("run");
+    let map = parent.join("map");
+    let extra = format!("[metrics]\ndcgm_job_mapping_dir = \"{}\"\n", map.display());
+    let job = [("SLURM_JOB_ID", "42"), ("SLURM_JOB_GPUS", "0")];
+    let (map_s, victim_s) = (map.display().to_string(), victim.display().to_string());
+    run_ok(as_nobody("symlink", &[&victim_s, &map_s]));
+    let (out, _) = node.run("prolog", &extra, &job);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "dcgm job mapping dir {map_s} is a symlink or not a directory; refusing it"
+        )),
+        "{stderr}"
+    );
+    std::fs::remove_file(&map).expect("rm link");
+    let mut racer = as_nobody("swap-loop", &[&map_s, &victim_s])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("racer");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        racer.stdout.take().expect("stdout"),
+    ));
+    assert!(lines.any(|l| l.is_ok_and(|l| l.trim() == "ready")));
+    let mut refusals = Vec::new();
+    for _ in 0..5 {
+        let (out, _) = node.run("prolog", &extra, &job);
+        refusals.push(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let _ = racer.kill();
+    let _ = racer.wait();
+    assert_eq!(
+        std::fs::read_dir(&victim).expect("victim").count(),
+        0,
+        "nothing written into another directory"
+    );
+    // Each prolog found a symlink, nobody's directory or, mid-swap, nothing: each time
+    // one line naming the dir, never a mapping written.
+    for stderr in &refusals {
+        assert!(
+            stderr.contains(&format!(
+                "gpu-affinity-prolog: dcgm job mapping: dcgm job mapping dir {map_s}"
+            )),
+            "{stderr}"
+        );
+    }
+    // nobody's own directory there: refused by its owner, nothing written in it.
+    let _ = std::fs::remove_file(&map);
+    let _ = std::fs::remove_dir_all(&map);
+    run_ok({
+        let mut c = Command::new("/bin/mkdir");
+        c.arg(&map).uid(NOBODY).gid(NOBODY);
+        c
+    });
+    let (out, _) = node.run("prolog", &extra, &job);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "dcgm job mapping dir {map_s} is owned by uid {NOBODY}, not root; refusing it"
+        )),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_dir(&map).expect("map").count(), 0);
+    // Root's own mapping dir under the sticky parent (nobody cannot rename it): used.
+    std::fs::remove_dir(&map).expect("rm");
+    std::fs::create_dir(&map).expect("root's map");
+    std::fs::set_permissions(&map, std::fs::Permissions::from_mode(0o755)).expect("0755");
+    let (out, _) = node.run("prolog", &extra, &job);
+    assert!(
+        map.join("0").exists(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The metrics textfile's dir world-writable, or `nobody`'s symlink to a root dir under a
+/// 1777 parent: refused with one line naming the dir; no file written through it.
+#[test]
+fn a_world_writable_or_symlinked_textfile_dir_is_refused() {
+    if !is_root() {
+        eprintln!("skipped: needs root (the attacker runs as nobody)");
+        return;
+    }
+    let (node, parent, victim) = sticky_parent_and_victim("metrics");
+    for (dir, plant) in [("open", 0o777), ("sticky", 0o1777), ("link", 0)] {
+        let at = parent.join(dir);
+        let at_s = at.display().to_string();
+        let want = match plant {
+            0 => {
+                run_ok(as_nobody(
+                    "symlink",
+                    &[&victim.display().to_string(), &at_s],
+                ));
+                format!("metrics: textfile dir {at_s} is a symlink or not a directory; refusing it")
+            }
+            mode => {
+                std::fs::create_dir(&at).expect("dir");
+                std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)).expect("mode");
+                format!(
+                    "metrics: textfile dir {at_s} is writable by group or others (mode {mode:04o}); refusing it"
+                )
+            }
+        };
+        let extra = format!("[metrics]\ntextfile = \"{at_s}/gpu.prom\"\n");
+        let (out, _) = node.run("health", &extra, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.lines().filter(|l| l.contains(&want)).count(),
+            1,
+            "{want}: {stderr}"
+        );
+        assert!(!at.join("gpu.prom").exists(), "{dir}: written through");
+        assert_eq!(std::fs::read_dir(&victim).expect("victim").count(), 0);
+    }
+}
+
+/// A FIFO at `state_dir/health.lock` in a TRUSTED state dir (root's, 0755; root stages
+/// the FIFO, as only root can there): the lock-open code itself refuses it without
+/// waiting, and the pass runs its checks without the shared state (the real XID drains).
+#[test]
+fn a_fifo_lock_in_a_trusted_state_dir_is_refused_and_the_checks_run() {
+    if !is_root() {
+        eprintln!("skipped: needs root (a root-owned state dir)");
+        return;
+    }
+    let node = Node::new(REAL_XID);
+    let state = node.path("state");
+    std::fs::create_dir(&state).expect("state");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).expect("0755");
+    let lock = state.join("health.lock");
+    mkfifo(&lock, 0o600);
+    for program in ["prolog", "health"] {
+        let t = Instant::now();
+        let (out, json) = node.run(program, "", &[]);
+        assert!(t.elapsed() < Duration::from_secs(15), "{:?}", t.elapsed());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(json["verdict"], "drain", "{program}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "lock {} is not a regular file owned by uid 0; refusing it; running the checks without the shared state",
+                lock.display()
+            )),
+            "{program}: {stderr}"
+        );
+        assert!(
+            std::fs::metadata(&lock)
+                .expect("meta")
+                .file_type()
+                .is_fifo()
+        );
+        assert!(!state.join("health-state.json").exists(), "nothing saved");
+    }
 }

@@ -61,7 +61,7 @@ fn kmsg_warnings(notes: &KmsgNotes) -> Vec<Finding> {
             "KMSG_FLOOD",
             None,
             format!(
-                "{} kernel-log records were lost while reading (a flood of messages); the newest were read",
+                "{} kernel-log records were lost while reading (a flood of messages, or more than the read takes); any XID among them was not seen",
                 notes.lost
             ),
         ));
