@@ -227,9 +227,9 @@ const NAMED: usize = 4;
 /// down) only warns, where DCGM fails: DCGM's failure is a watch's incident, ours a drain,
 /// and these states are passed through at every daemon start (slurm-gcp's IMEX prolog
 /// restarts nvidia-imex for each job and waits up to IMEX_CONN_WAIT_TIMEOUT, 70 s, for the
-/// peers), so a drain would hit every node whose domain is forming; a daemon stuck there
-/// leaves the domain DOWN, which drains once it answers READY. UNAVAILABLE is not judged,
-/// as DCGM does not judge it.
+/// peers), so a drain would hit every node whose domain is forming. A daemon stuck there
+/// warns on every pass (the report and the textfile show it): what it waits for may be
+/// its peers, not this node. UNAVAILABLE is not judged, as DCGM does not judge it.
 pub fn judge(imex: &Imex) -> Judged {
     let daemon = imex.daemon.as_str();
     match imex.daemon {
