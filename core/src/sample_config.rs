@@ -117,6 +117,7 @@ mod tests {
             Some(PathBuf::from(FabricConfig::PROFILES_DIR))
         );
         assert_eq!(f.flap_strikes, Some(FabricConfig::FLAP_STRIKES));
+        assert_eq!(f.imex_ctl, None, "gpu.imex: off unless named");
 
         // `[counters]`: every limit shown is the one applied.
         assert_eq!(

@@ -73,12 +73,7 @@ impl Output {
 /// by others never runs.
 fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Output, Gap> {
     let shown = program.display().to_string();
-    let meta = std::fs::metadata(program).map_err(|e| Gap::Failed(format!("{shown}: {e}")))?;
-    gpu_affinity::trust::check_trusted(&meta, "active test", program, owner)
-        .map_err(|e| Gap::Failed(e.to_string()))?;
-    if !meta.is_file() || meta.mode() & 0o111 == 0 {
-        return Err(Gap::Failed(format!("{shown}: not an executable file")));
-    }
+    trusted_program(program, "active test", owner)?;
     let mut child = Command::new(program)
         .args(args)
         // Nothing of the job's or slurmd's environment steers what runs as root: the
@@ -136,6 +131,19 @@ fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Out
         status: status.to_string(),
         stderr: err_reader.join().unwrap_or_default(),
     })
+}
+
+/// `program` may run as root: an executable file, `owner`'s, not writable by group or
+/// others (`what` names it in the error). Also the IMEX reader's check.
+pub(crate) fn trusted_program(program: &Path, what: &str, owner: u32) -> Result<(), Gap> {
+    let shown = program.display();
+    let meta = std::fs::metadata(program).map_err(|e| Gap::Failed(format!("{shown}: {e}")))?;
+    gpu_affinity::trust::check_trusted(&meta, what, program, owner)
+        .map_err(|e| Gap::Failed(e.to_string()))?;
+    if !meta.is_file() || meta.mode() & 0o111 == 0 {
+        return Err(Gap::Failed(format!("{shown}: not an executable file")));
+    }
+    Ok(())
 }
 
 /// Whether the child `pid` has exited, leaving it unreaped; an error counts as exited

@@ -12,6 +12,7 @@
 
 pub mod active;
 pub mod bounded;
+pub mod imex;
 pub mod metrics;
 // NVML is a C library loaded with dlopen: its symbols and calls are unsafe by nature.
 #[allow(unsafe_code)]

@@ -329,6 +329,8 @@ struct Readers {
     /// `None`: not this program's probe, or no `[storage] checkpoint_dir`.
     checkpoint: Option<Pending<CheckpointProbe>>,
     mounts: Pending<Vec<MountProbe>>,
+    /// `None`: no `[fabric] imex_ctl`.
+    imex: Option<Pending<gpu_affinity::health::imex::Imex>>,
 }
 
 /// Gather all inputs with their bounds (in parallel) and evaluate. The phases, in order:
@@ -439,6 +441,14 @@ fn start_readers(
             ))
         })
     };
+    let imex = cfg.fabric.imex_ctl.clone().map(|p| {
+        use gpu_affinity::health::imex::IMEX_BOUND_MS;
+        let owner = state::owner();
+        // Two commands, half the bound each; the wait allows for starting them.
+        bounded::start(ms(IMEX_BOUND_MS + 500), move || {
+            crate::imex::read_imex(&p, ms(IMEX_BOUND_MS / 2), owner)
+        })
+    });
     (
         sysfs,
         Readers {
@@ -446,6 +456,7 @@ fn start_readers(
             kmsg,
             checkpoint,
             mounts,
+            imex,
         },
     )
 }
@@ -481,6 +492,11 @@ fn collect(
         gres_gpus,
         dcgm_diag,
         all_reduce,
+        imex: readers
+            .imex
+            .map_or(Err(Gap::Skipped("no [fabric] imex_ctl".into())), |p| {
+                p.wait()
+            }),
         now,
     };
     (inputs, kmsg_at)

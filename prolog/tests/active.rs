@@ -16,38 +16,20 @@ use gpu_affinity_node::active;
 
 #[path = "common/fakes.rs"]
 mod fakes;
+#[path = "common/harness.rs"]
+mod harness;
 
 fn main() {
     fakes::play_if_called_so();
-    // The libtest listing protocol nextest speaks: one test, never ignored.
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--list") {
-        if !args.iter().any(|a| a == "--ignored") {
-            println!("active: test");
-        }
-        return;
-    }
-    let failures = run_cases();
-    if failures > 0 {
-        eprintln!("{failures} active-test case(s) failed");
-        std::process::exit(1);
-    }
+    harness::main("active", run_cases);
 }
 
 /// Every other input skipped: the report is the active checks' alone.
 fn report(dcgm: Result<DcgmDiag, Gap>, reduce: Result<AllReduce, Gap>) -> Report {
-    let skip = || Gap::Skipped("not in this test".into());
     let inputs = Inputs {
-        sysfs: Err(skip()),
-        nvml: Err(skip()),
-        xids: Err(skip()),
-        kmsg_notes: Default::default(),
-        mounts: vec![],
-        checkpoint: Err(skip()),
-        gres_gpus: None,
         dcgm_diag: dcgm,
         all_reduce: reduce,
-        now: 0,
+        ..harness::skipped_inputs()
     };
     let expect = Expect {
         all_reduce_floor_gbps: Some(350.0),

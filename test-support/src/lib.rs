@@ -1,7 +1,7 @@
-//! What the crates' integration tests share (core/tests and slurm-conf/tests today), so
-//! each helper is written once: PCI addresses from text, machines from the catalog (the
-//! one source of truth for a real instance's shape), the shared topology files, and a
-//! command with the caller's fabric environment cleared.
+//! What the crates' integration tests share (core/tests, slurm-conf/tests, prolog/tests),
+//! so each helper is written once: PCI addresses from text, machines from the catalog
+//! (the one source of truth for a real instance's shape), the shared topology files, a
+//! command with the caller's fabric environment cleared, and an IMEX domain's JSON.
 //!
 //! A dev-dependency of integration tests. Core's own unit tests compile this same file as
 //! `crate::test_support` (`#[path]` in core/src/lib.rs): as a dependency it would link a
@@ -55,4 +55,30 @@ pub fn without_fabric_env(cmd: &mut Command) -> &mut Command {
         }
     }
     cmd
+}
+
+/// `nvidia-imex-ctl -N -j -H` on a two-member IMEX domain whose top-level status is
+/// `status`, member 1's daemon `peer` as this node sees it: the shape NVIDIA's ISV test
+/// suite records from live domains (members keyed "0", "1"; one whose daemon is down is
+/// UNAVAILABLE, its connection INVALID).
+pub fn imex_domain_json(status: &str, peer: &str) -> String {
+    let conn = if peer == "READY" {
+        "CONNECTED"
+    } else {
+        "INVALID"
+    };
+    let member = |n: u32, state: &str| {
+        format!(
+            r#""{i}": {{"status": "{state}", "host": "10.0.0.{n}", "hostName": "gb200-r1-t{n}",
+      "connections": {{"0": {{"host": "10.0.0.1", "status": "CONNECTED", "changed": true}},
+                       "1": {{"host": "10.0.0.2", "status": "{conn}", "changed": true}}}},
+      "changed": true, "version": "580.95.05"}}"#,
+            i = n - 1
+        )
+    };
+    format!(
+        "{{\n  \"nodes\": {{\n    {},\n    {}\n  }},\n  \"timestamp\": \"9/4/2026 00:37:39.905\",\n  \"status\": \"{status}\"\n}}\n",
+        member(1, "READY"),
+        member(2, peer)
+    )
 }

@@ -426,6 +426,17 @@ fn run(out: &Path, topologies: Option<&Path>) -> std::io::Result<usize> {
         "all_reduce",
         b" Out of bounds values : 4 FAILED\n Avg bus bandwidth    : 1.5e+02 FAILED\n",
     )?;
+    // `nvidia-imex-ctl -q`'s word, `-N -j`'s domain (a member down), and the
+    // not-configured message both print.
+    c.add("imex", b"READY\n")?;
+    c.add(
+        "imex",
+        br#"{"nodes":{"0":{"status":"READY","host":"10.0.0.1","hostName":"t1","connections":{"0":{"host":"10.0.0.1","status":"CONNECTED","changed":true},"1":{"host":"10.0.0.2","status":"INVALID","changed":true}},"changed":true,"version":"580.95.05"},"1":{"status":"UNAVAILABLE","host":"10.0.0.2","connections":{}}},"timestamp":"9/4/2026 00:37:39.905","status":"DEGRADED"}"#,
+    )?;
+    c.add(
+        "imex",
+        b"Failed to read node configuration file /etc/nvidia-imex/nodes_config.cfg\n",
+    )?;
     placement_seeds(&mut c)?;
     Ok(c.written)
 }

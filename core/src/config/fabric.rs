@@ -8,6 +8,7 @@
 //! expected_nics = 32            # unset: the detected instance type's catalog count, if any
 //! port_rate_gbps = 400          # unset: every port at the fastest port's rate
 //! flap_strikes = 3              # passes with a rising link_downed before draining; 0: off
+//! imex_ctl = "/usr/bin/nvidia-imex-ctl"  # gpu.imex (NVL72 IMEX domain); unset: not checked
 //! ```
 
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer};
 
 use super::plugin::{AbsDir, plugin_value};
-use super::value::{Problem, count, is_invalid, number};
+use super::value::{Problem, abs_path, count, is_invalid, number};
 
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -40,6 +41,12 @@ pub struct FabricConfig {
     /// [`FabricConfig::FLAP_STRIKES`].
     #[serde(default, deserialize_with = "count")]
     pub flap_strikes: Option<u32>,
+    /// `nvidia-imex-ctl`, absolute (checked root-owned when run), for `gpu.imex`; unset:
+    /// not checked. No default even on the catalog's NVL72 machines: a domain that a
+    /// prolog rebuilds for each job (slurm-gcp's IMEX prolog) is DOWN between jobs by
+    /// design, so only the admin knows whether DOWN here is a fault.
+    #[serde(default, deserialize_with = "abs_path")]
+    pub imex_ctl: Option<PathBuf>,
 }
 
 impl FabricConfig {
@@ -83,5 +90,33 @@ fn force_problem(key: &str, earlier: &[String]) -> Option<&'static str> {
         Some("each variable listed once")
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::parse;
+
+    #[test]
+    fn imex_ctl_is_an_absolute_path_or_a_one_line_error_naming_its_line() {
+        let c = parse("[fabric]\nimex_ctl = \"/usr/bin/nvidia-imex-ctl\"\n").expect("parses");
+        assert_eq!(
+            c.fabric.imex_ctl.as_deref(),
+            Some(Path::new("/usr/bin/nvidia-imex-ctl"))
+        );
+        assert_eq!(parse("[fabric]\n").expect("parses").fabric.imex_ctl, None);
+        for (text, want) in [
+            (
+                "[fabric]\nflap_strikes = 3\nimex_ctl = \"nvidia-imex-ctl\"\n",
+                "config line 3: [fabric] imex_ctl = 'nvidia-imex-ctl' is invalid: expected an absolute path",
+            ),
+            ("[fabric]\nimex_ctl = 1\n", "config line 2: invalid type"),
+        ] {
+            let e = parse(text).expect_err(text).to_string();
+            assert!(e.starts_with(want), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 }

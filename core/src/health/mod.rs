@@ -13,6 +13,7 @@ pub mod counters;
 pub mod drain;
 pub mod eval;
 pub mod expect;
+pub mod imex;
 pub mod nvlink_fabric;
 pub mod parse;
 pub mod repair;
@@ -146,6 +147,7 @@ check_ids! {
     StorageCheckpointBandwidth => "storage.checkpoint_bandwidth",
     GpuDcgmDiag => "gpu.dcgm_diag",
     GpuAllReduce => "gpu.all_reduce",
+    GpuImex => "gpu.imex",
 }
 
 impl CheckId {
@@ -579,6 +581,17 @@ pub const CHECKS: &[CheckDef] = &[
         true,
         "[active] all_reduce_perf on the node's GPUs reaches all_reduce_floor_gbps bus bandwidth with no wrong values",
     ),
+    // Last: a domain-wide state, so a fault of this node's own names the drain first.
+    check(
+        CheckId::GpuImex,
+        GpuTier,
+        Drain,
+        imex::IMEX_BOUND_MS,
+        "GPU_IMEX",
+        Other,
+        true,
+        "[fabric] imex_ctl: the GB200/GB300 NVL72 IMEX domain is UP and this node's daemon READY (nvidia-imex-ctl -N -j, -q; DEGRADED or DOWN drains, a daemon not yet READY warns; unset, not configured or no answer: skipped)",
+    ),
 ];
 
 /// The row of the check a report names (`gpu.xid`).
@@ -689,6 +702,8 @@ pub struct Inputs {
     pub dcgm_diag: Gathered<active::DcgmDiag>,
     /// `[active] all_reduce_perf`'s run (skipped unless configured for this program).
     pub all_reduce: Gathered<active::AllReduce>,
+    /// `[fabric] imex_ctl`'s reading of the IMEX domain (skipped unless configured).
+    pub imex: Gathered<imex::Imex>,
     /// The pass's clock (unix seconds): counter rates and repair escalation windows.
     pub now: u64,
 }

@@ -95,6 +95,7 @@ pub(super) fn healthy() -> (Inputs, Expect) {
         gres_gpus: Some(8),
         dcgm_diag: Err(Gap::Skipped("no [active] dcgmi".into())),
         all_reduce: Err(Gap::Skipped("no [active] all_reduce_perf".into())),
+        imex: Err(Gap::Skipped("no [fabric] imex_ctl".into())),
         now: NOW,
     };
     let expect = Expect {
@@ -213,6 +214,7 @@ fn check_ids_keep_their_names_and_order() {
             "storage.checkpoint_bandwidth",
             "gpu.dcgm_diag",
             "gpu.all_reduce",
+            "gpu.imex",
         ]
     );
     for id in CheckId::ALL {

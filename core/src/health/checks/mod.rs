@@ -1,7 +1,8 @@
 //! The checks' code, one family per file as LBNL NHC keeps them: [`pci`] (GPUs on the bus
 //! and PCIe links), [`nvml`] (what the driver says of each GPU), [`kmsg`] (XIDs in the
-//! kernel log), [`fabric`] (RDMA NICs and ports), [`storage`] (mounts and the checkpoint
-//! directory) and [`active`] (DCGM's diagnostic and all_reduce_perf).
+//! kernel log), [`fabric`] (RDMA NICs and ports), [`imex`] (the NVL72 IMEX domain),
+//! [`storage`] (mounts and the checkpoint directory) and [`active`] (DCGM's diagnostic
+//! and all_reduce_perf).
 //!
 //! [`run`] dispatches on [`CheckId`] with no fallback arm, so a check of the table without
 //! code, or code for no check, does not compile.
@@ -25,6 +26,7 @@ macro_rules! need {
 mod active;
 mod counters;
 mod fabric;
+mod imex;
 mod kmsg;
 mod nvml;
 mod pci;
@@ -101,6 +103,7 @@ pub(super) fn run(def: &CheckDef, cx: &Ctx, next: &mut PassState) -> Judgement {
         CheckId::GpuPcieReplay => counters::pcie_replay(cx, next),
         CheckId::GpuThermal => counters::thermal(cx, next),
         CheckId::GpuFabric => counters::nvlink_fabric(cx, next),
+        CheckId::GpuImex => imex::domain(def, cx),
         CheckId::FabricCount => fabric::count(def, cx),
         CheckId::FabricPortState => fabric::ports_active(def, cx),
         CheckId::FabricPortRate => fabric::port_rates(def, cx),
