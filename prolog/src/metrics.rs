@@ -1,7 +1,7 @@
 //! What monitoring sees: a node_exporter textfile (written atomically) and the dcgm-exporter
 //! HPC job mapping (one file per GPU index naming the job on it).
 
-use gpu_affinity::health::{Report, Status};
+use gpu_affinity::health::{Gap, Report, Status};
 use gpu_affinity::safe_dir::SafeDir;
 
 /// The node_exporter textfile. `gpu_affinity_check_status{check,tier}`: 1 pass, 0 fail,
@@ -61,43 +61,132 @@ pub fn textfile(report: &Report, pass_seconds: f64, now_unix: u64, held_back: u6
     out
 }
 
-/// Add the job to `DIR/<gpu id>` for each of the job's GPUs: dcgm-exporter's
+/// Add the job to `DIR/<file>` for each of the job's mapping files: dcgm-exporter's
 /// `--hpc-job-mapping-dir` format, as its hpcMapper reads it (hpc.go): a file per GPU
-/// named by the decimal DCGM GPU id ([`crate::run::dcgm_gpu_ids`]), every line of it one
-/// job on that GPU (jobs sharing a GPU: one line each; a blank line would become an empty
-/// label, so none is written). Each file is rewritten whole and renamed into place, and
-/// the caller holds the run lock, so two jobs' prologs cannot lose each other's line.
-pub fn map_jobs(dir: &SafeDir, gpus: &[u32], job: &str) -> Result<(), String> {
-    for gpu in gpus {
-        let mut jobs = jobs_on(dir, *gpu)?;
+/// named by the decimal DCGM GPU id ([`crate::run::dcgm_gpu_ids`]), or per MIG device
+/// `GPU.GI` ([`mig_files`]), every line of it one job on that GPU (jobs sharing a GPU: one
+/// line each; a blank line would become an empty label, so none is written). Each file is
+/// rewritten whole and renamed into place, and the caller holds the run lock, so two
+/// jobs' prologs cannot lose each other's line.
+pub fn map_jobs(dir: &SafeDir, files: &[String], job: &str) -> Result<(), String> {
+    for file in files {
+        let mut jobs = jobs_on(dir, file)?;
         if !jobs.iter().any(|j| j == job) {
             jobs.push(job.to_string());
         }
-        write_jobs(dir, *gpu, &jobs)?;
+        write_jobs(dir, file, &jobs)?;
     }
     Ok(())
 }
 
-/// Take the job's line out of its GPUs' files; a file left with no job is removed, so
-/// dcgm-exporter stops labelling that GPU.
-pub fn unmap_jobs(dir: &SafeDir, gpus: &[u32], job: &str) -> Result<(), String> {
-    for gpu in gpus {
-        let jobs = jobs_on(dir, *gpu)?;
+/// Take the job's line out of its files; a file left with no job is removed, so
+/// dcgm-exporter stops labelling that GPU (or MIG device).
+pub fn unmap_jobs(dir: &SafeDir, files: &[String], job: &str) -> Result<(), String> {
+    for file in files {
+        let jobs = jobs_on(dir, file)?;
         if !jobs.iter().any(|j| j == job) {
             continue;
         }
         let rest: Vec<String> = jobs.into_iter().filter(|j| j != job).collect();
-        write_jobs(dir, *gpu, &rest)?;
+        write_jobs(dir, file, &rest)?;
     }
     Ok(())
+}
+
+/// The job's mapping file names, and a line for the log where something could not be
+/// read. A node without a GPU in MIG mode keeps the names by DCGM GPU id (`gpus`, from
+/// the pass's scope). On a node with MIG, `SLURM_JOB_GPUS` counts MIG devices, not GPUs,
+/// so the names come from NVML's MIG layout instead ([`mig_files`]).
+pub fn job_files(
+    cfg: &gpu_affinity::config::Config,
+    gpus: Option<&[u32]>,
+    ask_nvml: bool,
+) -> (Option<Vec<String>>, Option<String>) {
+    let plain = gpus.map(|g| g.iter().map(u32::to_string).collect::<Vec<_>>());
+    if cfg.gpu.nvml == Some(false) || !ask_nvml {
+        return (plain, None);
+    }
+    let lib = cfg.nvml.library.clone();
+    // The pass's own NVML read already answered: this one is a few calls a GPU.
+    let bound = std::time::Duration::from_millis(MIG_LAYOUT_BOUND_MS);
+    let layout =
+        match crate::bounded::within(bound, move || crate::nvml::read_mig_layout(lib.as_deref())) {
+            Ok(l) => l,
+            Err(e) => {
+                let why = match e {
+                    Gap::Timeout { after_ms } => format!("no answer in {after_ms} ms"),
+                    Gap::Failed(t) | Gap::Skipped(t) | Gap::Interfered(t) => t,
+                };
+                return (
+                    plain,
+                    Some(format!("MIG layout: {why}; mapping whole GPUs")),
+                );
+            }
+        };
+    if layout.iter().all(Option::is_none) {
+        return (plain, None);
+    }
+    let env = std::env::var("SLURM_JOB_GPUS").ok();
+    let Some(env) = env.as_deref().map(str::trim).filter(|e| !e.is_empty()) else {
+        return (None, None);
+    };
+    let devices = slurm_devices(&layout);
+    match gpu_affinity::slurm::gpu_ids::parse_step_gpus(env, devices.len())
+        .map_err(|e| format!("SLURM_JOB_GPUS: {e}"))
+        .and_then(|ids| mig_files(&devices, &ids))
+    {
+        Ok(files) => (Some(files), None),
+        Err(e) => (None, Some(format!("{e}; no MIG job mapping"))),
+    }
+}
+
+/// The MIG layout's bound: well inside the watchdog's 30 s after a full pass.
+const MIG_LAYOUT_BOUND_MS: u64 = 3_000;
+
+/// The node's GPU devices as slurmd's AutoDetect=nvml lists them (gpu_nvml.c), which is
+/// what `SLURM_JOB_GPUS` indexes: GPU by GPU in NVML index order, a GPU in MIG mode as
+/// its MIG devices in MIG index order. Each as its dcgm-exporter file name: the DCGM GPU
+/// id (the NVML index), and for a MIG device `.` and its GPU instance id, the key
+/// dcgm-exporter (4.5.3-4.8.2 on; hpc.go) looks a MIG device's metrics up by. Older
+/// releases skip names that are not integers, so a `GPU.GI` file labels nothing there
+/// rather than the wrong instance.
+///
+/// What this cannot see: a gres.conf that lists MIG devices by hand (`MultipleFiles=
+/// /dev/nvidia0,/dev/nvidia-caps/nvidia-capN,...`, AutoDetect=off) numbers them in its
+/// own line order, and the GPU instance behind each nvidia-cap minor is in
+/// /proc/driver/nvidia-caps/mig-minors, which is not read here: such a node gets names in
+/// AutoDetect=nvml order, right only where the lines follow that order.
+pub fn slurm_devices(layout: &[Option<Vec<u32>>]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (index, gpu) in layout.iter().enumerate() {
+        match gpu {
+            None => out.push(index.to_string()),
+            Some(instances) => out.extend(instances.iter().map(|gi| format!("{index}.{gi}"))),
+        }
+    }
+    out
+}
+
+/// The mapping files of Slurm's device ids `ids` ([`slurm_devices`]' positions).
+pub fn mig_files(devices: &[String], ids: &[u32]) -> Result<Vec<String>, String> {
+    ids.iter()
+        .map(|&id| {
+            devices.get(id as usize).cloned().ok_or_else(|| {
+                format!(
+                    "SLURM_JOB_GPUS id {id}: the node lists {} GPU and MIG devices",
+                    devices.len()
+                )
+            })
+        })
+        .collect()
 }
 
 /// A GPU's mapping file: a few job ids (GPU sharing puts tens on one GPU, not thousands).
 const MAX_MAPPING_BYTES: u64 = 64 << 10;
 
 /// The jobs a GPU's mapping file lists (none when there is no file).
-fn jobs_on(dir: &SafeDir, gpu: u32) -> Result<Vec<String>, String> {
-    let bytes = dir.read(&gpu.to_string(), MAX_MAPPING_BYTES)?;
+fn jobs_on(dir: &SafeDir, file: &str) -> Result<Vec<String>, String> {
+    let bytes = dir.read(file, MAX_MAPPING_BYTES)?;
     Ok(String::from_utf8_lossy(&bytes.unwrap_or_default())
         .lines()
         .map(str::trim)
@@ -109,13 +198,12 @@ fn jobs_on(dir: &SafeDir, gpu: u32) -> Result<Vec<String>, String> {
 /// Files are named, read, replaced and removed through the mapping dir's handle (walked
 /// and trust-checked by the caller), never by path: a symlink planted at `0..7` is
 /// replaced, not followed.
-fn write_jobs(dir: &SafeDir, gpu: u32, jobs: &[String]) -> Result<(), String> {
-    let name = gpu.to_string();
+fn write_jobs(dir: &SafeDir, file: &str, jobs: &[String]) -> Result<(), String> {
     if jobs.is_empty() {
-        return dir.remove(&name);
+        return dir.remove(file);
     }
     let text: String = jobs.iter().map(|j| format!("{j}\n")).collect();
-    dir.replace(&name, text.as_bytes(), 0o644)
+    dir.replace(file, text.as_bytes(), 0o644)
 }
 
 #[cfg(test)]
@@ -198,6 +286,25 @@ mod tests {
         );
     }
 
+    /// Slurm's ids on a node whose GPU 1 holds MIG devices of GPU instances 7 and 9:
+    /// GPU 0, then GPU 1's MIG devices, then GPU 2; an id past them names nothing.
+    #[test]
+    fn mig_devices_are_named_gpu_dot_gpu_instance() {
+        let layout = [None, Some(vec![7, 9]), None];
+        let devices = slurm_devices(&layout);
+        assert_eq!(devices, ["0", "1.7", "1.9", "2"]);
+        assert_eq!(
+            mig_files(&devices, &[2, 0, 3]).expect("in range"),
+            ["1.9", "0", "2"]
+        );
+        let e = mig_files(&devices, &[4]).expect_err("past the devices");
+        assert_eq!(
+            e,
+            "SLURM_JOB_GPUS id 4: the node lists 4 GPU and MIG devices"
+        );
+        assert_eq!(slurm_devices(&[None, None]), ["0", "1"], "no MIG: by GPU");
+    }
+
     #[test]
     fn jobs_sharing_a_gpu_get_a_line_each_and_leave_only_their_own() {
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -211,17 +318,18 @@ mod tests {
         )
         .expect("trusted");
         let dir = &dir;
-        map_jobs(dir, &[0, 3], "101").expect("map 101");
-        map_jobs(dir, &[3], "102").expect("map 102");
-        map_jobs(dir, &[3], "102").expect("a rerun adds nothing");
+        let f = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        map_jobs(dir, &f(&["0", "3"]), "101").expect("map 101");
+        map_jobs(dir, &f(&["3"]), "102").expect("map 102");
+        map_jobs(dir, &f(&["3"]), "102").expect("a rerun adds nothing");
         assert_eq!(read(0).expect("gpu 0"), "101\n");
         assert_eq!(read(3).expect("gpu 3"), "101\n102\n");
-        unmap_jobs(dir, &[0, 3], "101").expect("unmap 101");
+        unmap_jobs(dir, &f(&["0", "3"]), "101").expect("unmap 101");
         assert!(read(0).is_err(), "gpu 0 had only job 101: file removed");
         assert_eq!(read(3).expect("gpu 3"), "102\n");
-        unmap_jobs(dir, &[3], "999").expect("not there: nothing changes");
+        unmap_jobs(dir, &f(&["3"]), "999").expect("not there: nothing changes");
         assert_eq!(read(3).expect("gpu 3"), "102\n");
-        unmap_jobs(dir, &[3], "102").expect("unmap 102");
+        unmap_jobs(dir, &f(&["3"]), "102").expect("unmap 102");
         assert!(read(3).is_err());
         let names: Vec<_> = std::fs::read_dir(tmp.path()).expect("dir").collect();
         assert!(names.is_empty(), "no temp files left: {names:?}");

@@ -353,6 +353,73 @@ fn counters(
     }
 }
 
+type MaxMigCount = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> c_uint;
+type MigHandle = unsafe extern "C" fn(nvmlDevice_t, c_uint, *mut nvmlDevice_t) -> c_uint;
+type GpuInstanceId = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> c_uint;
+
+/// Each GPU's MIG layout, by NVML index: `None` where MIG mode is off (or the GPU does
+/// not support it), else the GPU instance id of each MIG device in MIG index order. That
+/// is the order slurmd's AutoDetect=nvml lists a MIG-mode GPU's devices in (gpu_nvml.c:
+/// MIG index 0 up to the first index without a device), and the GPU instance id is what
+/// dcgm-exporter names a MIG device's mapping file by (`GPU.GI`). nvml-wrapper 0.11 has
+/// the mode but not the MIG device calls, so those come from the library's own symbols.
+pub fn read_mig_layout(library: Option<&Path>) -> Gathered<Vec<Option<Vec<u32>>>> {
+    let opened = open(library)?;
+    let count = opened
+        .nvml
+        .device_count()
+        .map_err(|e| Gap::Failed(format!("NVML device count: {e}")))?;
+    let max: Option<libloading::Symbol<MaxMigCount>> =
+        opened.symbol(b"nvmlDeviceGetMaxMigDeviceCount\0");
+    let by_index: Option<libloading::Symbol<MigHandle>> =
+        opened.symbol(b"nvmlDeviceGetMigDeviceHandleByIndex\0");
+    let gi_of: Option<libloading::Symbol<GpuInstanceId>> =
+        opened.symbol(b"nvmlDeviceGetGpuInstanceId\0");
+    let mut out = Vec::new();
+    for index in 0..count {
+        let device = opened
+            .nvml
+            .device_by_index(index)
+            .map_err(|e| Gap::Failed(format!("NVML GPU {index}: {e}")))?;
+        // NVML_DEVICE_MIG_ENABLE is 1; NOT_SUPPORTED (no MIG on this GPU) is MIG off.
+        let on = device.mig_mode().is_ok_and(|m| m.current == 1);
+        if !on {
+            out.push(None);
+            continue;
+        }
+        let (Some(max), Some(by_index), Some(gi_of)) = (&max, &by_index, &gi_of) else {
+            return Err(Gap::Failed(format!(
+                "NVML GPU {index} is in MIG mode but this driver lacks the MIG device calls"
+            )));
+        };
+        let mut slots: c_uint = 0;
+        // SAFETY: a valid device handle of this NVML and valid out pointers; the
+        // signatures are nvml.h's.
+        let instances = unsafe {
+            if max(device.handle(), &mut slots) != 0 {
+                return Err(Gap::Failed(format!("NVML GPU {index}: MIG device count")));
+            }
+            let mut instances = Vec::new();
+            for slot in 0..slots {
+                let mut mig: nvmlDevice_t = std::ptr::null_mut();
+                if by_index(device.handle(), slot, &mut mig) != 0 {
+                    break;
+                }
+                let mut gi: c_uint = 0;
+                if gi_of(mig, &mut gi) != 0 {
+                    return Err(Gap::Failed(format!(
+                        "NVML GPU {index} MIG device {slot}: GPU instance id"
+                    )));
+                }
+                instances.push(gi);
+            }
+            instances
+        };
+        out.push(Some(instances));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -23,6 +23,9 @@
 //! `"dram_corrected"`, `"dram_uncorrected"`, `"sram_corrected"`, `"sram_uncorrected"`
 //! (aggregate ECC by location), `"clocks_event_reasons"`, `"temperature_c"`, `"slowdown_temp_c"`,
 //! `"shutdown_temp_c"`; each absent one is NOT_SUPPORTED.
+//! `"mig": [1, 2, 5]` per GPU: MIG mode on (nvmlDeviceGetMigMode), one MIG device per entry
+//! (nvmlDeviceGetMigDeviceHandleByIndex), each entry its GPU instance id
+//! (nvmlDeviceGetGpuInstanceId); absent: MIG mode off.
 //! `hang`: nvmlDeviceGetCount never returns (a wedged driver); `slow_ms`: every call sleeps.
 
 // These are C exports that NVML's callers invoke with its pointer contract; marking them
@@ -83,6 +86,9 @@ struct Gpu {
     temperature_c: Option<c_uint>,
     slowdown_temp_c: Option<c_uint>,
     shutdown_temp_c: Option<c_uint>,
+    /// MIG mode on, with MIG devices whose GPU instance ids these are, in MIG index
+    /// order; `None`: MIG mode off.
+    mig: Option<Vec<c_uint>>,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +116,7 @@ const MEMORY_TOTAL: c_ulonglong = 80 << 30;
 const SUCCESS: c_uint = 0;
 const INVALID_ARGUMENT: c_uint = 2;
 const NOT_SUPPORTED: c_uint = 3;
+const NOT_FOUND: c_uint = 6;
 const INSUFFICIENT_SIZE: c_uint = 7;
 const GPU_IS_LOST: c_uint = 15;
 const ARGUMENT_VERSION_MISMATCH: c_uint = 25;
@@ -686,5 +693,85 @@ pub extern "C" fn nvmlDeviceGetGpuFabricInfoV(
             health_mask,
         }
     );
+    SUCCESS
+}
+
+/// NVML_DEVICE_MIG_ENABLE / NVML_DEVICE_MIG_DISABLE.
+const MIG_ENABLE: c_uint = 1;
+const MIG_DISABLE: c_uint = 0;
+
+/// MIG device handles: the parent's 1-based index above bit 16, the MIG index + 1 below,
+/// so no MIG handle is a GPU handle (those are small).
+fn mig_handle(gpu_index: usize, mig_index: usize) -> *mut c_void {
+    (((gpu_index + 1) << 16) | (mig_index + 1)) as *mut c_void
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMigMode(
+    device: *mut c_void,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    let mode = if g.mig.is_some() {
+        MIG_ENABLE
+    } else {
+        MIG_DISABLE
+    };
+    out!(current, mode);
+    out!(pending, mode);
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: *mut c_void,
+    count: *mut c_uint,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    // An H100's seven slices; a GPU with MIG off reports none.
+    out!(count, if g.mig.is_some() { 7 } else { 0 });
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: *mut c_void,
+    index: c_uint,
+    mig: *mut *mut c_void,
+) -> c_uint {
+    slow();
+    let g = device!(device);
+    let Some(instances) = &g.mig else {
+        return INVALID_ARGUMENT;
+    };
+    if index as usize >= instances.len() {
+        return NOT_FOUND;
+    }
+    let parent = (device as usize).saturating_sub(1);
+    out!(mig, mig_handle(parent, index as usize));
+    SUCCESS
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn nvmlDeviceGetGpuInstanceId(device: *mut c_void, id: *mut c_uint) -> c_uint {
+    slow();
+    let handle = device as usize;
+    let (parent, index) = (
+        (handle >> 16).wrapping_sub(1),
+        (handle & 0xffff).wrapping_sub(1),
+    );
+    let Some(gi) = state()
+        .gpus
+        .get(parent)
+        .and_then(|g| g.mig.as_ref())
+        .and_then(|m| m.get(index))
+    else {
+        // A GPU handle, not a MIG device's.
+        return INVALID_ARGUMENT;
+    };
+    out!(id, *gi);
     SUCCESS
 }
