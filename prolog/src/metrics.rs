@@ -1,7 +1,7 @@
 //! What monitoring sees: a node_exporter textfile (written atomically) and the dcgm-exporter
 //! HPC job mapping (one file per GPU index naming the job on it).
 
-use gpu_affinity::health::{Gap, Report, Status};
+use gpu_affinity::health::{Report, Status};
 use gpu_affinity::safe_dir::SafeDir;
 
 /// The node_exporter textfile. `gpu_affinity_check_status{check,tier}`: 1 pass, 0 fail,
@@ -94,43 +94,26 @@ pub fn unmap_jobs(dir: &SafeDir, files: &[String], job: &str) -> Result<(), Stri
 }
 
 /// The job's mapping file names, and a line for the log where something could not be
-/// read. A node without a GPU in MIG mode keeps the names by DCGM GPU id (`gpus`, from
-/// the pass's scope). On a node with MIG, `SLURM_JOB_GPUS` counts MIG devices, not GPUs,
-/// so the names come from NVML's MIG layout instead ([`mig_files`]).
+/// read. A node without a GPU in MIG mode (or without a `layout`, NVML's) keeps the names
+/// by DCGM GPU id (`gpus`, from the pass's scope). On a node with MIG, `job_gpus`
+/// (`SLURM_JOB_GPUS`) counts MIG devices, not GPUs, so the names come from the layout
+/// instead ([`mig_files`]).
 pub fn job_files(
-    cfg: &gpu_affinity::config::Config,
     gpus: Option<&[u32]>,
-    ask_nvml: bool,
+    layout: Option<&[Option<Vec<u32>>]>,
+    job_gpus: Option<&str>,
 ) -> (Option<Vec<String>>, Option<String>) {
     let plain = gpus.map(|g| g.iter().map(u32::to_string).collect::<Vec<_>>());
-    if cfg.gpu.nvml == Some(false) || !ask_nvml {
+    let Some(layout) = layout else {
         return (plain, None);
-    }
-    let lib = cfg.nvml.library.clone();
-    // The pass's own NVML read already answered: this one is a few calls a GPU.
-    let bound = std::time::Duration::from_millis(MIG_LAYOUT_BOUND_MS);
-    let layout =
-        match crate::bounded::within(bound, move || crate::nvml::read_mig_layout(lib.as_deref())) {
-            Ok(l) => l,
-            Err(e) => {
-                let why = match e {
-                    Gap::Timeout { after_ms } => format!("no answer in {after_ms} ms"),
-                    Gap::Failed(t) | Gap::Skipped(t) | Gap::Interfered(t) => t,
-                };
-                return (
-                    plain,
-                    Some(format!("MIG layout: {why}; mapping whole GPUs")),
-                );
-            }
-        };
+    };
     if layout.iter().all(Option::is_none) {
         return (plain, None);
     }
-    let env = std::env::var("SLURM_JOB_GPUS").ok();
-    let Some(env) = env.as_deref().map(str::trim).filter(|e| !e.is_empty()) else {
+    let Some(env) = job_gpus.map(str::trim).filter(|e| !e.is_empty()) else {
         return (None, None);
     };
-    let devices = slurm_devices(&layout);
+    let devices = slurm_devices(layout);
     match gpu_affinity::slurm::gpu_ids::parse_step_gpus(env, devices.len())
         .map_err(|e| format!("SLURM_JOB_GPUS: {e}"))
         .and_then(|ids| mig_files(&devices, &ids))
@@ -139,9 +122,6 @@ pub fn job_files(
         Err(e) => (None, Some(format!("{e}; no MIG job mapping"))),
     }
 }
-
-/// The MIG layout's bound: well inside the watchdog's 30 s after a full pass.
-const MIG_LAYOUT_BOUND_MS: u64 = 3_000;
 
 /// The node's GPU devices as slurmd's AutoDetect=nvml lists them (gpu_nvml.c), which is
 /// what `SLURM_JOB_GPUS` indexes: GPU by GPU in NVML index order, a GPU in MIG mode as
@@ -303,6 +283,23 @@ mod tests {
             "SLURM_JOB_GPUS id 4: the node lists 4 GPU and MIG devices"
         );
         assert_eq!(slurm_devices(&[None, None]), ["0", "1"], "no MIG: by GPU");
+        let plain = Some(&[4u32, 5][..]);
+        assert_eq!(
+            job_files(plain, Some(&[None, None]), Some("0")),
+            (Some(vec!["4".to_string(), "5".to_string()]), None),
+            "no GPU in MIG mode: the scope's GPU ids, as before"
+        );
+        assert_eq!(
+            job_files(plain, None, Some("0")).0,
+            Some(vec!["4".into(), "5".into()])
+        );
+        assert_eq!(
+            job_files(None, Some(&layout), Some("1-2")),
+            (Some(vec!["1.7".to_string(), "1.9".to_string()]), None)
+        );
+        let (none, note) = job_files(None, Some(&layout), Some("9"));
+        assert_eq!(none, None);
+        assert!(note.is_some_and(|n| n.ends_with("; no MIG job mapping")));
     }
 
     #[test]

@@ -138,6 +138,8 @@ pub fn read_nvml(library: Option<&Path>) -> Gathered<NvmlData> {
         }
         gpus.push(gpu);
     }
+    // The dcgm job mapping's MIG names come from this same NVML session (no second init).
+    let _ = PASS_MIG_LAYOUT.set(mig_layout(&opened).ok());
     Ok(NvmlData {
         driver: nvml.sys_driver_version().ok(),
         gpus,
@@ -357,14 +359,23 @@ type MaxMigCount = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> c_uint;
 type MigHandle = unsafe extern "C" fn(nvmlDevice_t, c_uint, *mut nvmlDevice_t) -> c_uint;
 type GpuInstanceId = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> c_uint;
 
+/// The MIG layout [`read_nvml`] read in this process: `None` before it answered (or
+/// where NVML hung), `Some(None)` where reading the layout failed.
+pub fn pass_mig_layout() -> Option<Option<&'static Vec<Option<Vec<u32>>>>> {
+    PASS_MIG_LAYOUT.get().map(Option::as_ref)
+}
+
+/// One process runs one pass: [`read_nvml`]'s MIG layout, for the job mapping after it.
+static PASS_MIG_LAYOUT: std::sync::OnceLock<Option<Vec<Option<Vec<u32>>>>> =
+    std::sync::OnceLock::new();
+
 /// Each GPU's MIG layout, by NVML index: `None` where MIG mode is off (or the GPU does
 /// not support it), else the GPU instance id of each MIG device in MIG index order. That
 /// is the order slurmd's AutoDetect=nvml lists a MIG-mode GPU's devices in (gpu_nvml.c:
 /// MIG index 0 up to the first index without a device), and the GPU instance id is what
 /// dcgm-exporter names a MIG device's mapping file by (`GPU.GI`). nvml-wrapper 0.11 has
 /// the mode but not the MIG device calls, so those come from the library's own symbols.
-pub fn read_mig_layout(library: Option<&Path>) -> Gathered<Vec<Option<Vec<u32>>>> {
-    let opened = open(library)?;
+fn mig_layout(opened: &Opened) -> Gathered<Vec<Option<Vec<u32>>>> {
     let count = opened
         .nvml
         .device_count()

@@ -361,6 +361,7 @@ pub fn pass(
         .and_then(|row| gres_gpu_count(&row.gres));
     let active = active_tests(program, cfg, node, rows.as_deref(), &sysfs);
     let (inputs, kmsg_at) = collect(cfg, readers, sysfs, gres_gpus, active, now);
+    let scope = mig_scope(program, scope, &inputs.nvml);
     let (mut report, mut next) = evaluate(program, cfg, &inputs, &scope, prev);
     escalate(&mut report, &mut next, btime, now);
     let next = record(program, job.as_deref(), kmsg_at, &report, prev, next);
@@ -539,6 +540,50 @@ fn scope_of(
         }
     }
     (scope, indices)
+}
+
+/// On a node with a GPU in MIG mode Slurm's ids count MIG devices
+/// ([`crate::metrics::slurm_devices`]), so the GPUs [`scope_of`] took them for are redone
+/// once NVML has answered: the GPUs the job's MIG devices are on, or every GPU where the
+/// ids name none of them.
+fn mig_scope(program: Program, mut scope: Scope, nvml: &Gathered<NvmlData>) -> Scope {
+    let Some(Some(layout)) = crate::nvml::pass_mig_layout() else {
+        return scope;
+    };
+    let env = std::env::var("SLURM_JOB_GPUS").ok();
+    let env = env.as_deref().map(str::trim).filter(|e| !e.is_empty());
+    let (Some(env), Ok(nvml)) = (env, nvml) else {
+        return scope;
+    };
+    if program == Program::Health || layout.iter().all(Option::is_none) {
+        return scope;
+    }
+    // The NVML index of the GPU behind each of Slurm's ids.
+    let owner: Vec<usize> = layout
+        .iter()
+        .enumerate()
+        .flat_map(|(i, g)| std::iter::repeat_n(i, g.as_ref().map_or(1, Vec::len)))
+        .collect();
+    let gpus = parse_step_gpus(env, owner.len()).ok().and_then(|ids| {
+        ids.iter()
+            .map(|&id| nvml.gpus.get(*owner.get(id as usize)?)?.pci)
+            .collect::<Option<Vec<PciAddr>>>()
+    });
+    match gpus {
+        Some(mut gpus) => {
+            gpus.sort();
+            gpus.dedup();
+            scope.gpus = Some(gpus);
+        }
+        None => {
+            log_line(
+                program,
+                "SLURM_JOB_GPUS: not this node's GPU and MIG devices; checking every GPU",
+            );
+            scope.gpus = None;
+        }
+    }
+    scope
 }
 
 /// sinfo's rows, or none (logged) when it failed or did not run.
@@ -775,7 +820,7 @@ pub fn main(program: Program) -> ! {
             next.drains_held_back,
             shared
                 .is_ok()
-                .then(|| mapping_files(program, &cfg, &report, indices.as_deref()))
+                .then(|| mapping_files(program, &cfg, indices.as_deref()))
                 .flatten()
                 .as_deref(),
             started.elapsed(),
@@ -803,22 +848,25 @@ fn shared_state(cfg: &Config) -> Result<(gpu_affinity::safe_dir::SafeDir, state:
 }
 
 /// The job's dcgm mapping files (prolog and epilog, with a mapping dir): by GPU, or by
-/// MIG device where the node has MIG ([`crate::metrics::job_files`]). A pass whose NVML
-/// read timed out does not ask NVML again (a second hang would hold the job's start).
-fn mapping_files(
-    program: Program,
-    cfg: &Config,
-    report: &Report,
-    gpus: Option<&[u32]>,
-) -> Option<Vec<String>> {
+/// MIG device where the node has MIG ([`crate::metrics::job_files`]), from the MIG layout
+/// the pass's NVML read took; without one (NVML off, hung or failed) by GPU.
+fn mapping_files(program: Program, cfg: &Config, gpus: Option<&[u32]>) -> Option<Vec<String>> {
     if program == Program::Health || cfg.metrics.dcgm_job_mapping_dir.is_none() {
         return None;
     }
-    let nvml_hung = report
-        .checks
-        .iter()
-        .any(|c| c.tier == gpu_affinity::health::Tier::Gpu && c.status == Status::Timeout);
-    let (files, note) = crate::metrics::job_files(cfg, gpus, !nvml_hung);
+    let layout = match crate::nvml::pass_mig_layout() {
+        Some(Some(l)) => Some(l.as_slice()),
+        Some(None) => {
+            log_line(
+                program,
+                "dcgm job mapping: NVML's MIG layout could not be read; mapping whole GPUs",
+            );
+            None
+        }
+        None => None,
+    };
+    let env = std::env::var("SLURM_JOB_GPUS").ok();
+    let (files, note) = crate::metrics::job_files(gpus, layout, env.as_deref());
     if let Some(note) = note {
         log_line(program, &format!("dcgm job mapping: {note}"));
     }

@@ -944,6 +944,33 @@ fn run_matrix() -> usize {
         );
     }
 
+    // A MIG job's GPU checks cover the GPU its MIG device is on: Slurm's id 1 is GPU 0's
+    // second MIG device (not GPU 1), and an XID 79 on GPU 0 fails its prolog.
+    let case = Case {
+        tree: |r, m| crate::kmsg(r, 79, m),
+        sim: |s| s["gpus"][0]["mig"] = serde_json::json!([1, 2]),
+        ..healthy()
+    };
+    let n = node(&case, &lib, "");
+    let r = run(
+        "prolog",
+        &n.root,
+        &n.cfg,
+        &n.sim,
+        &[
+            ("SLURM_JOB_ID", "61".into()),
+            ("SLURM_JOB_GPUS", "1".into()),
+        ],
+    );
+    check(
+        "prolog: a MIG job checks the GPU its MIG device is on",
+        r.json["verdict"] == "drain"
+            && r.json["reason"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("gpu-affinity: GPU_XID_79 gpu=")),
+        format!("{} '{}'", r.json["verdict"], r.json["reason"]),
+    );
+
     let (ok, line) = bench(&lib, 20);
     check("bench", ok, line);
     failures
