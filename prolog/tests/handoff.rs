@@ -168,23 +168,21 @@ fn node(extra: &str) -> Node {
     )
     .expect("kmsg");
     std::fs::write(root.join("proc/mounts"), "/dev/sda1 / ext4 rw 0 0\n").expect("mounts");
+    // The fake Slurm clients: this very binary under their names.
     let bin = dir.path().join("bin");
-    std::fs::create_dir_all(&bin).expect("bin");
     let me = std::env::current_exe().expect("exe");
-    for name in ["sinfo", "scontrol"] {
-        std::os::unix::fs::symlink(&me, bin.join(name)).expect("fake client");
-    }
+    std::fs::create_dir_all(&bin)
+        .and_then(|()| std::os::unix::fs::symlink(&me, bin.join("sinfo")))
+        .and_then(|()| std::os::unix::fs::symlink(&me, bin.join("scontrol")))
+        .expect("fake clients");
+    let text = format!(
+        "root = \"{}\"\nstate_dir = \"{}\"\n[gpu]\nexpected = 8\nnvml = false\n[slurm]\nbin_dir = \"{}\"\n{extra}",
+        root.display(),
+        dir.path().join("state").display(),
+        bin.display()
+    );
     let cfg = dir.path().join("config.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "root = \"{}\"\nstate_dir = \"{}\"\n[gpu]\nexpected = 8\nnvml = false\n[slurm]\nbin_dir = \"{}\"\n{extra}",
-            root.display(),
-            dir.path().join("state").display(),
-            bin.display()
-        ),
-    )
-    .expect("config");
+    std::fs::write(&cfg, text).expect("config");
     Node { dir, cfg, bin }
 }
 

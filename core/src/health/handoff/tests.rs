@@ -67,51 +67,43 @@ fn counter_and_xid_codes_refine_their_check() {
     let cat = |id, code: &str| azure_category(&outcome(id, code, Class::Drain, Repair::Reset));
     let r = |s: &str| Some(format!("Resource.Hpc.Unhealthy.{s}"));
     let own = |id, code: &str| cat(id, code).map(str::to_string);
-    assert_eq!(own(C::GpuXid, "GPU_XID_79"), r("XID79FallenOffBus"));
-    assert_eq!(own(C::GpuXid, "GPU_XID_48"), r("XID48DoubleBitECC"));
-    assert_eq!(own(C::GpuXid, "GPU_XID_94"), r("XID94ContainedECCError"));
-    assert_eq!(own(C::GpuXid, "GPU_XID_95"), r("XID95UncontainedECCError"));
-    // Every other XID: generic, as AzNHC's XID test reports them.
-    assert_eq!(own(C::GpuXid, "GPU_XID_119"), r("HpcGenericFailure"));
-    assert_eq!(
-        own(C::GpuMemoryWear, "GPU_ROW_REMAP_EXHAUSTED"),
-        r("HpcRowRemapFailure")
-    );
-    assert_eq!(
-        own(C::GpuMemoryWear, "GPU_PAGES_EXHAUSTED"),
-        r("ECCPageRetirementTableFull")
-    );
-    assert_eq!(
-        own(C::GpuMemoryWear, "GPU_PAGES_DBE_RATE"),
-        r("DBEOverLimit")
-    );
-    for code in ["GPU_SRAM_UNCORRECTABLE", "GPU_SRAM_ECC", "GPU_DRAM_ECC"] {
-        assert_eq!(own(C::GpuMemoryWear, code), r("DBEOverLimit"), "{code}");
+    let cases: &[(CheckId, &str, &str)] = &[
+        (C::GpuXid, "GPU_XID_79", "XID79FallenOffBus"),
+        (C::GpuXid, "GPU_XID_48", "XID48DoubleBitECC"),
+        (C::GpuXid, "GPU_XID_94", "XID94ContainedECCError"),
+        (C::GpuXid, "GPU_XID_95", "XID95UncontainedECCError"),
+        // Every other XID: generic, as AzNHC's XID test reports them.
+        (C::GpuXid, "GPU_XID_119", "HpcGenericFailure"),
+        (
+            C::GpuMemoryWear,
+            "GPU_ROW_REMAP_EXHAUSTED",
+            "HpcRowRemapFailure",
+        ),
+        (
+            C::GpuMemoryWear,
+            "GPU_PAGES_EXHAUSTED",
+            "ECCPageRetirementTableFull",
+        ),
+        (C::GpuMemoryWear, "GPU_PAGES_DBE_RATE", "DBEOverLimit"),
+        (C::GpuMemoryWear, "GPU_SRAM_UNCORRECTABLE", "DBEOverLimit"),
+        (C::GpuMemoryWear, "GPU_SRAM_ECC", "DBEOverLimit"),
+        (C::GpuMemoryWear, "GPU_DRAM_ECC", "DBEOverLimit"),
+        (C::GpuNvlinkErrors, "GPU_NVLINK_RECOVERY", "NvLink"),
+        (C::GpuNvlinkErrors, "GPU_NVLINK_REPLAY", "NvLink"),
+        (C::GpuNvlinkErrors, "GPU_NVLINK_CRC", "NvLink"),
+        (C::FabricPortErrors, "NIC_PHYS_DOWN", "IBPortDown"),
+        (C::FabricPortErrors, "NIC_PORT_ERRORS", "IBPerformance"),
+        (C::GpuBus, "GPU_FELL_OFF_BUS", "XID79FallenOffBus"),
+        (C::GpuCount, "GPU_MISSING", "HpcMissingGpu"),
+        (C::GpuRowRemap, "GPU_ROW_REMAP", "HpcRowRemapFailure"),
+        (C::FabricPortState, "NIC_PORT_DOWN", "IBPortDown"),
+        (C::FabricLinkFlaps, "NIC_LINK_FLAPS", "IBPortFlapping"),
+        (C::GpuDcgmDiag, "GPU_DCGM_DIAG", "HpcGpuDcgmDiagFailure"),
+        (C::GpuNvlink, "GPU_NVLINK", "NvLink"),
+    ];
+    for (id, code, want) in cases {
+        assert_eq!(own(*id, code), r(want), "{id} {code}");
     }
-    for code in ["GPU_NVLINK_RECOVERY", "GPU_NVLINK_REPLAY", "GPU_NVLINK_CRC"] {
-        assert_eq!(own(C::GpuNvlinkErrors, code), r("NvLink"), "{code}");
-    }
-    assert_eq!(own(C::FabricPortErrors, "NIC_PHYS_DOWN"), r("IBPortDown"));
-    assert_eq!(
-        own(C::FabricPortErrors, "NIC_PORT_ERRORS"),
-        r("IBPerformance")
-    );
-    assert_eq!(own(C::GpuBus, "GPU_FELL_OFF_BUS"), r("XID79FallenOffBus"));
-    assert_eq!(own(C::GpuCount, "GPU_MISSING"), r("HpcMissingGpu"));
-    assert_eq!(
-        own(C::GpuRowRemap, "GPU_ROW_REMAP"),
-        r("HpcRowRemapFailure")
-    );
-    assert_eq!(own(C::FabricPortState, "NIC_PORT_DOWN"), r("IBPortDown"));
-    assert_eq!(
-        own(C::FabricLinkFlaps, "NIC_LINK_FLAPS"),
-        r("IBPortFlapping")
-    );
-    assert_eq!(
-        own(C::GpuDcgmDiag, "GPU_DCGM_DIAG"),
-        r("HpcGpuDcgmDiagFailure")
-    );
-    assert_eq!(own(C::GpuNvlink, "GPU_NVLINK"), r("NvLink"));
     // The cluster's storage and a job's leftovers are not the Azure host's fault.
     assert_eq!(cat(C::StorageMount, "STORAGE_MOUNT"), None);
     assert_eq!(cat(C::StorageLatency, "STORAGE_STALL_TIMEOUT"), None);
