@@ -254,6 +254,13 @@ pub const CLOUD_MAP: &[CloudEntry] = &[
         "the GPU's NVLink fabric (NVSwitch, Fabric Manager): the NvLink category; OCI FM check",
     ),
     entry(
+        C::GpuImex,
+        None,
+        Some("NHC2016"),
+        None,
+        "the NVL72 IMEX domain is the NVLink domain: the NvLink category (AzNHC has no IMEX test); OCI filters IMEX out of its dcgmi verdict, so no word",
+    ),
+    entry(
         C::FabricCount,
         None,
         Some("NHC2002"),
