@@ -180,9 +180,28 @@ pub fn run(
     timeout: Duration,
     keep: Keep,
 ) -> Result<Ran, RunError> {
+    run_with_input(cmd, program, timeout, keep, None)
+}
+
+/// [`run`], with `input` written to the program's stdin (then closed) where given: what
+/// must not be in an argument vector (a token, curl's `--config -`), since
+/// /proc/PID/cmdline is world-readable. A thread writes it, so a program that never
+/// reads its stdin costs its bound, never a hang.
+pub fn run_with_input(
+    cmd: &mut Command,
+    program: &str,
+    timeout: Duration,
+    keep: Keep,
+    input: Option<Vec<u8>>,
+) -> Result<Ran, RunError> {
     let deadline = Instant::now() + timeout;
+    let stdin = if input.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -190,6 +209,14 @@ pub fn run(
             program: cmd.get_program().to_string_lossy().into_owned(),
             source,
         })?;
+    if let (Some(bytes), Some(mut pipe)) = (input, child.stdin.take()) {
+        // A program that exits or stops reading ends the write with an error: nothing to do.
+        let _ = thread::Builder::new()
+            .name("program-input".into())
+            .spawn(move || {
+                let _ = std::io::Write::write_all(&mut pipe, &bytes);
+            });
+    }
     let stdout = drain(child.stdout.take(), keep.stdout);
     let stderr = drain(child.stderr.take(), keep.stderr);
     let timed_out = || RunError::Timeout {
@@ -320,6 +347,34 @@ mod tests {
         // A grandchild holding the pipes after its parent ends is no reason to wait on.
         let t = Instant::now();
         let e = sh("sleep 5 & echo started", "forker", 300).expect_err("output still open");
+        assert!(matches!(e, RunError::Timeout { .. }), "{e:?}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn input_goes_to_stdin_and_a_program_not_reading_it_is_still_bounded() {
+        let mut c = Command::new("/bin/cat");
+        let ran = run_with_input(
+            &mut c,
+            "cat",
+            Duration::from_secs(10),
+            KEEP,
+            Some(b"secret\n".to_vec()),
+        )
+        .expect("ran");
+        assert_eq!(ran.stdout, "secret\n");
+        // Far more than a pipe holds, to a program that never reads: its bound, no hang.
+        let t = Instant::now();
+        let mut c = Command::new("/bin/sleep");
+        c.arg("3600");
+        let e = run_with_input(
+            &mut c,
+            "sleep",
+            Duration::from_millis(300),
+            KEEP,
+            Some(vec![b'x'; 4 << 20]),
+        )
+        .expect_err("killed");
         assert!(matches!(e, RunError::Timeout { .. }), "{e:?}");
         assert!(t.elapsed() < Duration::from_secs(5));
     }

@@ -18,6 +18,7 @@ pub mod metrics;
 #[allow(unsafe_code)]
 pub mod nvml;
 pub mod readers;
+pub mod report;
 pub mod run;
 pub mod slurm;
 pub mod state;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_affinity::config::{self, Config, DEFAULT_CONFIG};
 use gpu_affinity::health::active::{AllReduce, DcgmDiag};
-use gpu_affinity::health::drain::{Action, DrainPolicy, decide};
+use gpu_affinity::health::drain::{Action, DrainPolicy, Handoff, decide};
 use gpu_affinity::health::parse::{NodeRow, gres_gpu_count};
 use gpu_affinity::health::xid::KernelLog;
 use gpu_affinity::health::xid::{POLICY_PATH, XidPolicy};
@@ -805,6 +805,20 @@ pub fn main(program: Program) -> ! {
     }
     if matches!(action, Action::HeldBack(_)) {
         next.drains_held_back = next.drains_held_back.saturating_add(1);
+    }
+    // Azure's report needs the state's memory (each drain once); OCI's record does not.
+    if program == Program::Health
+        && !args.dry_run
+        && (shared.is_ok() || policy.handoff == Handoff::Oci)
+    {
+        let log = |line: &str| log_line(program, line);
+        let decided = crate::report::Decided {
+            report: &report,
+            action: &action,
+            applied: &applied,
+            now: unix_now(),
+        };
+        crate::report::hand_off(&cfg, &decided, &mut next.handoff, &log);
     }
     if !args.dry_run {
         if let Ok((dir, _lock)) = &shared

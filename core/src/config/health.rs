@@ -35,7 +35,7 @@
 //! [drain]
 //! max_share = 0.1               # circuit breaker: share of the partition already drained
 //! resume_after = 3              # clean health passes before the suite resumes its own drain
-//! handoff = "drain"             # drain | hyperpod | slurm-gcp
+//! handoff = "drain"             # drain | hyperpod | slurm-gcp | azure | oci
 //!
 //! [slurm]
 //! bin_dir = "/usr/bin"          # where scontrol and sinfo are (unset: the usual prefixes)
@@ -278,7 +278,7 @@ pub struct DrainConfig {
     /// Clean health passes before the suite resumes its own drain.
     #[serde(default, deserialize_with = "count")]
     pub resume_after: Option<u32>,
-    /// drain | hyperpod | slurm-gcp.
+    /// drain | hyperpod | slurm-gcp | azure | oci.
     #[serde(default, deserialize_with = "handoff")]
     pub handoff: Option<Handoff>,
 }
@@ -292,7 +292,11 @@ fn fraction<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
 }
 
 fn handoff<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Handoff>, D::Error> {
-    word(d, Handoff::parse, "drain, hyperpod or slurm-gcp")
+    word(
+        d,
+        Handoff::parse,
+        "drain, hyperpod, slurm-gcp, azure or oci",
+    )
 }
 
 /// `[counters]`: the error counters' window and thresholds. Unset keys: core's

@@ -23,6 +23,7 @@
 //! open every root-side input shares).
 
 mod fabric;
+mod handoff;
 mod health;
 mod metrics;
 mod plugin;
@@ -36,6 +37,7 @@ use serde::Deserialize;
 use crate::trust::{TrustError, read_trusted_text};
 
 pub use fabric::FabricConfig;
+pub use handoff::HandoffConfig;
 pub use health::{
     ActiveConfig, CheckpointConfig, CountersConfig, DEFAULT_ACTIVE_TIMEOUT_S,
     DEFAULT_CHECKPOINT_PROBE_MIB, DrainConfig, GpuConfig, MAX_ACTIVE_TIMEOUT_S,
@@ -79,6 +81,9 @@ pub struct Config {
     pub counters: CountersConfig,
     #[serde(default)]
     pub drain: DrainConfig,
+    /// `[handoff]`: the Azure and OCI hand-offs' endpoints.
+    #[serde(default)]
+    pub handoff: HandoffConfig,
     #[serde(default)]
     pub slurm: SlurmConfig,
     #[serde(default)]
@@ -583,7 +588,7 @@ mod tests {
             ),
             (
                 "[drain]\n\nhandoff = \"aws\"\n",
-                "config line 3: [drain] handoff = 'aws' is invalid: expected drain, hyperpod or slurm-gcp",
+                "config line 3: [drain] handoff = 'aws' is invalid: expected drain, hyperpod, slurm-gcp, azure or oci",
             ),
             (
                 "[gpu]\nexpected = -1\n",

@@ -32,13 +32,21 @@ pub enum Handoff {
     /// slurm-gcp: `State=DRAIN` with a reason of exactly `XID`, `PERFORMANCE`, `SDC` or
     /// `unspecified`, which slurmsync reports as a faulty host.
     SlurmGcp,
+    /// Azure: the suite's own reason, and the health program reports the impact to
+    /// Azure's Impact Reporting as AzNHC's triggerGHR does (health/handoff.rs).
+    Azure,
+    /// OCI HPC stack: the suite's own reason, and the health program writes the stack's
+    /// passive health-check record its `mgmt` reads (health/handoff.rs).
+    Oci,
 }
 
 impl Handoff {
-    pub const NAMES: [(Handoff, &'static str); 3] = [
+    pub const NAMES: [(Handoff, &'static str); 5] = [
         (Handoff::Drain, "drain"),
         (Handoff::Hyperpod, "hyperpod"),
         (Handoff::SlurmGcp, "slurm-gcp"),
+        (Handoff::Azure, "azure"),
+        (Handoff::Oci, "oci"),
     ];
 
     pub fn parse(word: &str) -> Option<Handoff> {
@@ -55,7 +63,7 @@ impl Handoff {
         let reason = reason.trim();
         reason.starts_with(PREFIX)
             || match self {
-                Handoff::Drain => false,
+                Handoff::Drain | Handoff::Azure | Handoff::Oci => false,
                 Handoff::Hyperpod => HYPERPOD_WORDS.contains(&reason),
                 Handoff::SlurmGcp => SLURM_GCP_WORDS.contains(&reason),
             }
@@ -162,7 +170,8 @@ pub fn drain_action(report: &Report, handoff: Handoff) -> Option<Action> {
         .filter(|_| report.verdict == Verdict::Drain)?;
     let own = reason(deciding);
     Some(match handoff {
-        Handoff::Drain => Action::Set {
+        // Azure's and OCI's repair reads the report or the record, not the reason.
+        Handoff::Drain | Handoff::Azure | Handoff::Oci => Action::Set {
             state: "drain",
             reason: own,
         },

@@ -28,6 +28,7 @@ pub fn evaluate(
         drains_held_back: prev.drains_held_back,
         boot_id: prev.boot_id.clone(),
         boots: prev.boots.clone(),
+        handoff: prev.handoff.clone(),
         ..PassState::default()
     };
     let cx = Ctx {

@@ -13,6 +13,7 @@ pub mod counters;
 pub mod drain;
 pub mod eval;
 pub mod expect;
+pub mod handoff;
 pub mod imex;
 pub mod nvlink_fabric;
 pub mod parse;
@@ -778,6 +779,9 @@ pub struct PassState {
     /// The boots the passes saw, for repair escalation ([`repair::Boots`]).
     #[serde(default)]
     pub boots: repair::Boots,
+    /// The drains already reported to the cloud ([`handoff::Reported`]).
+    #[serde(default)]
+    pub handoff: handoff::Reported,
 }
 
 impl PassState {
