@@ -355,6 +355,9 @@ fn counters(
     }
 }
 
+/// Most MIG device slots read per GPU.
+const MAX_MIG_SLOTS: c_uint = 64;
+
 type MaxMigCount = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> c_uint;
 type MigHandle = unsafe extern "C" fn(nvmlDevice_t, c_uint, *mut nvmlDevice_t) -> c_uint;
 type GpuInstanceId = unsafe extern "C" fn(nvmlDevice_t, *mut c_uint) -> c_uint;
@@ -411,7 +414,9 @@ fn mig_layout(opened: &Opened) -> Gathered<Vec<Option<Vec<u32>>>> {
                 return Err(Gap::Failed(format!("NVML GPU {index}: MIG device count")));
             }
             let mut instances = Vec::new();
-            for slot in 0..slots {
+            // A GPU has at most 7 MIG devices today; the bound keeps a driver's bad
+            // count from turning into a long loop.
+            for slot in 0..slots.min(MAX_MIG_SLOTS) {
                 let mut mig: nvmlDevice_t = std::ptr::null_mut();
                 if by_index(device.handle(), slot, &mut mig) != 0 {
                     break;

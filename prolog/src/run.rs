@@ -707,15 +707,15 @@ fn bench(program: Program, args: &Args, runs: u32) -> ! {
         .copied()
         .unwrap_or(f64::NAN);
     if args.json {
-        println!(
+        say(format_args!(
             "{}",
             serde_json::json!({"runs": runs, "failed": failed, "median_ms": median, "p90_ms": p90, "min_ms": min, "max_ms": max})
-        );
+        ));
     } else {
-        println!(
+        say(format_args!(
             "{}: {runs} whole-process passes: median {median:.1} ms, p90 {p90:.1} ms, min {min:.1} ms, max {max:.1} ms ({failed} failed; goal: median <= 50 ms)",
             program.name()
-        );
+        ));
     }
     std::process::exit(i32::from(failed > 0));
 }
@@ -729,7 +729,8 @@ pub fn main(program: Program) -> ! {
         Err(e) => e.exit(),
     };
     if args.version {
-        print!("{}", crate::version::text(program.name(), Path::new("/")));
+        let text = crate::version::text(program.name(), Path::new("/"));
+        say(format_args!("{}", text.trim_end()));
         std::process::exit(0);
     }
     // Before the watchdog: a bench outlives one pass's bound (each pass has its own).
@@ -993,17 +994,24 @@ fn print(program: Program, args: &Args, node: &str, o: &Outcome) {
         );
     }
     if args.json {
-        println!("{}", json(o));
+        say(format_args!("{}", json(o)));
     } else {
-        println!(
+        say(format_args!(
             "{}: {node} {} -> {}{} [{} ms]",
             program.name(),
             o.report.summary(),
             describe(&o.action),
             if args.dry_run { " (dry run)" } else { "" },
             o.elapsed.as_millis()
-        );
+        ));
     }
+}
+
+/// One line to stdout. A reader that closed the pipe (`--json | head`) wants no more:
+/// the write error is dropped, never a panic, and the verdict and exit status stand.
+fn say(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
 }
 
 #[cfg(test)]
