@@ -182,8 +182,10 @@ pub fn read_kmsg(root: &Path) -> Gathered<KernelLog> {
     Ok(log)
 }
 
-/// More records than the largest kernel ring buffer (2^25 bytes) can hold several times
-/// over: the live read's bound, reached only while a flood refills the buffer.
+/// The live read's bound: 4M records, more than the default ring buffers (2^17-2^25
+/// bytes, CONFIG_LOG_BUF_SHIFT) hold many times over. A `log_buf_len=` of hundreds of MiB
+/// can hold more; then, as under a flood, the records past the bound are counted lost
+/// (`KMSG_FLOOD`), never silently skipped.
 const MAX_KMSG_RECORDS: usize = 1 << 22;
 
 /// The live log's records from `src` (non-blocking /dev/kmsg, one record per read),
@@ -441,8 +443,9 @@ mod tests {
             (log.xids.len(), log.notes.lost, log.last_seq),
             (2, 0, Some(100))
         );
-        // A flood past the cap: the records read, the newest of them (seq 100) and an
-        // XID an overrun skipped to included, are scanned; what the cap left is lost.
+        // A flood past the cap: the records read up to the cap (through seq 99), an XID
+        // an overrun skipped to included, are scanned; what the cap left (seq 100 on) is
+        // counted lost.
         let mut src = Live {
             next: 1,
             end: 1000,

@@ -655,8 +655,11 @@ fn job_id() -> Option<String> {
         .filter(|j| !j.is_empty() && j.len() <= 20 && j.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// One line to the program's log (stderr, which slurmd keeps); a closed stderr drops it
+/// rather than panicking, as [`say`] does for stdout.
 fn log_line(program: Program, line: &str) {
-    eprintln!("{}: {line}", program.name());
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{}: {line}", program.name());
 }
 
 /// `--bench N`: run this very binary N times as a whole process (`--dry-run --json`, so
@@ -807,20 +810,6 @@ pub fn main(program: Program) -> ! {
     if matches!(action, Action::HeldBack(_)) {
         next.drains_held_back = next.drains_held_back.saturating_add(1);
     }
-    // Azure's report needs the state's memory (each drain once); OCI's record does not.
-    if program == Program::Health
-        && !args.dry_run
-        && (shared.is_ok() || policy.handoff == Handoff::Oci)
-    {
-        let log = |line: &str| log_line(program, line);
-        let decided = crate::report::Decided {
-            report: &report,
-            action: &action,
-            applied: &applied,
-            now: unix_now(),
-        };
-        crate::report::hand_off(&cfg, &decided, &mut next.handoff, &log);
-    }
     if !args.dry_run {
         if let Ok((dir, _lock)) = &shared
             && let Err(e) = state::save(dir, &next)
@@ -841,6 +830,30 @@ pub fn main(program: Program) -> ! {
             started.elapsed(),
         );
     }
+    // The hand-off runs after the state is saved and the lock released: Azure's three
+    // requests may take 3 x (timeout_s + 2) s, and an epilog kept waiting past LOCK_WAIT
+    // would run without the shared state (its job's mapping left behind). Its memory
+    // (each drain reported once) is then written back under the lock; OCI's record needs
+    // none.
+    if program == Program::Health
+        && !args.dry_run
+        && (shared.is_ok() || policy.handoff == Handoff::Oci)
+    {
+        let had_state = shared.is_ok();
+        drop(shared);
+        let log = |line: &str| log_line(program, line);
+        let decided = crate::report::Decided {
+            report: &report,
+            action: &action,
+            applied: &applied,
+            now: unix_now(),
+        };
+        let mut reported = next.handoff.clone();
+        crate::report::hand_off(&cfg, &decided, &mut reported, &log);
+        if had_state && reported != next.handoff {
+            save_handoff(&cfg, reported, &log);
+        }
+    }
     let outcome = Outcome {
         report,
         action,
@@ -860,6 +873,27 @@ fn shared_state(cfg: &Config) -> Result<(gpu_affinity::safe_dir::SafeDir, state:
     let dir = state::open_dir(&state_dir_of(cfg))?;
     let lock = state::lock(&dir, LOCK_WAIT)?;
     Ok((dir, lock))
+}
+
+/// Write the hand-off's memory into the saved state, under the run lock again (another
+/// program may have saved its pass meanwhile: only `handoff` is replaced).
+fn save_handoff(
+    cfg: &Config,
+    reported: gpu_affinity::health::handoff::Reported,
+    log: &dyn Fn(&str),
+) {
+    match shared_state(cfg) {
+        Ok((dir, _lock)) => {
+            let mut state = state::load(&dir);
+            state.handoff = reported;
+            if let Err(e) = state::save(&dir, &state) {
+                log(&e);
+            }
+        }
+        Err(e) => log(&format!(
+            "{e}; the hand-off's memory is not saved (reported again next pass)"
+        )),
+    }
 }
 
 /// The job's dcgm mapping files (prolog and epilog, with a mapping dir): by GPU, or by

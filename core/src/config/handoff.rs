@@ -5,7 +5,7 @@
 //! ```toml
 //! [handoff]
 //! curl = "/usr/bin/curl"                 # runs every request (no shell; config on stdin)
-//! timeout_s = 10                         # each request's bound (curl --max-time), 1-60
+//! timeout_s = 10                         # each request's bound (curl --max-time), 1-15
 //! azure_imds = "http://169.254.169.254"  # the token and the VM's ids
 //! azure_arm = "https://management.azure.com"
 //! azure_object_id = "..."                # a user-assigned identity (unset: the VM's own)
@@ -20,7 +20,9 @@ use super::value::{abs_path, after_key, in_range, is_invalid};
 
 pub const DEFAULT_CURL: &str = "/usr/bin/curl";
 pub const DEFAULT_HANDOFF_TIMEOUT_S: u32 = 10;
-pub const MAX_HANDOFF_TIMEOUT_S: u32 = 60;
+/// Three requests of this bound (plus curl's start) stay under the 60 s slurmd gives
+/// HealthCheckProgram before it kills it (slurmd.c `.max_wait = 60 * 1000`).
+pub const MAX_HANDOFF_TIMEOUT_S: u32 = 15;
 /// Azure's Instance Metadata Service (triggerGHR.sh).
 pub const DEFAULT_AZURE_IMDS: &str = "http://169.254.169.254";
 /// Azure Resource Manager.
@@ -170,7 +172,7 @@ mod tests {
             ),
             (
                 "[handoff]\n\ntimeout_s = 0\n",
-                "config line 3: [handoff] timeout_s = 0 is invalid: expected 1 to 60",
+                "config line 3: [handoff] timeout_s = 0 is invalid: expected 1 to 15",
             ),
             (
                 "[handoff]\nazure_object_id = \"x\\\"y\"\n",

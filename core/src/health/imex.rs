@@ -222,8 +222,11 @@ pub enum Judged {
 /// Members named at most in a finding's evidence.
 const NAMED: usize = 4;
 
-/// The domain UP with the daemon READY is healthy; DOWN or DEGRADED drains, as DCGM's
-/// health watch fails them (`MonitorImex`). The daemon on its way to READY (or shutting
+/// The domain UP with the daemon READY is healthy; DOWN drains, as DCGM's health watch
+/// fails it (`MonitorImex`). DEGRADED, with this node's daemon READY, only warns where
+/// DCGM fails: some other member is not READY (a peer restarting its daemon for a job, as
+/// slurm-gcp's IMEX prolog does), and a drain on one reading would take every healthy
+/// node of the domain out for that peer. The daemon on its way to READY (or shutting
 /// down) only warns, where DCGM fails: DCGM's failure is a watch's incident, ours a drain,
 /// and these states are passed through at every daemon start (slurm-gcp's IMEX prolog
 /// restarts nvidia-imex for each job and waits up to IMEX_CONN_WAIT_TIMEOUT, 70 s, for the
@@ -265,6 +268,11 @@ pub fn judge(imex: &Imex) -> Judged {
             "IMEX domain {status}, daemon {daemon}, {members} members"
         )),
         DomainStatus::Down | DomainStatus::Degraded => {
+            let class = if domain.status == DomainStatus::Down {
+                Class::Drain
+            } else {
+                Class::Warn
+            };
             let mut evidence = format!("IMEX domain {status} (daemon {daemon})");
             if !not_ready.is_empty() {
                 let named: Vec<String> = not_ready.iter().take(NAMED).map(|n| n.shown()).collect();
@@ -280,7 +288,7 @@ pub fn judge(imex: &Imex) -> Judged {
                     }
                 ));
             }
-            Judged::Fault(Class::Drain, evidence)
+            Judged::Fault(class, evidence)
         }
     }
 }
@@ -334,13 +342,13 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn degraded_and_down_drain_naming_the_members() {
-        for status in ["DEGRADED", "DOWN"] {
+    fn down_drains_and_degraded_warns_naming_the_members() {
+        for (status, want) in [("DEGRADED", Class::Warn), ("DOWN", Class::Drain)] {
             let Judged::Fault(class, evidence) = judge(&ready(&domain_with_peer_down(status)))
             else {
                 panic!("{status}: not a fault");
             };
-            assert_eq!(class, Class::Drain);
+            assert_eq!(class, want, "{status}");
             assert_eq!(
                 evidence,
                 format!(
