@@ -4,15 +4,16 @@
 //! output is parsed by core (`gpu_affinity::health::active`).
 
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use gpu_affinity::health::active::{self, AllReduce, DcgmDiag, MAX_OUTPUT};
 use gpu_affinity::health::{Gap, Gathered};
+
+use crate::bounded;
 
 /// Which program runs the active tests now, and whether the node may take them: the health
 /// program only on an idle node (no job to disturb), the prolog only when asked.
@@ -58,14 +59,7 @@ struct Output {
 impl Output {
     /// `why` with the exit status and stderr's last line, one line.
     fn explain(&self, why: &str) -> String {
-        let last = self.stderr.lines().rev().find(|l| !l.trim().is_empty());
-        let text = match last {
-            Some(l) => format!("{why} ({}; {})", self.status, l.trim()),
-            None => format!("{why} ({})", self.status),
-        };
-        text.chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect()
+        bounded::explain(why, &self.status, &self.stderr)
     }
 }
 
@@ -73,13 +67,9 @@ impl Output {
 /// by others never runs.
 fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Output, Gap> {
     let shown = program.display().to_string();
-    trusted_program(program, "active test", owner)?;
-    let mut child = Command::new(program)
+    bounded::trusted_program(program, "active test", owner).map_err(Gap::Failed)?;
+    let mut child = bounded::root_command(program)
         .args(args)
-        // Nothing of the job's or slurmd's environment steers what runs as root: the
-        // program finds its libraries by its rpath or ld.so.conf.
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -131,19 +121,6 @@ fn run(program: &Path, args: &[&str], bound: Duration, owner: u32) -> Result<Out
         status: status.to_string(),
         stderr: err_reader.join().unwrap_or_default(),
     })
-}
-
-/// `program` may run as root: an executable file, `owner`'s, not writable by group or
-/// others (`what` names it in the error). Also the IMEX reader's check.
-pub(crate) fn trusted_program(program: &Path, what: &str, owner: u32) -> Result<(), Gap> {
-    let shown = program.display();
-    let meta = std::fs::metadata(program).map_err(|e| Gap::Failed(format!("{shown}: {e}")))?;
-    gpu_affinity::trust::check_trusted(&meta, what, program, owner)
-        .map_err(|e| Gap::Failed(e.to_string()))?;
-    if !meta.is_file() || meta.mode() & 0o111 == 0 {
-        return Err(Gap::Failed(format!("{shown}: not an executable file")));
-    }
-    Ok(())
 }
 
 /// Whether the child `pid` has exited, leaving it unreaped; an error counts as exited

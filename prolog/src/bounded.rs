@@ -8,6 +8,8 @@
 //! through [`run`]: their output read while they run, killed at their deadline.
 
 use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -276,6 +278,37 @@ fn drain<R: Read + Send + 'static>(pipe: Option<R>, keep: usize) -> mpsc::Receiv
         return rx;
     }
     rx
+}
+
+/// `program` may run as root: an executable file, `owner`'s, not writable by group or
+/// others (`what` names it in the error). The active tests', IMEX's and curl's check.
+pub fn trusted_program(program: &Path, what: &str, owner: u32) -> Result<(), String> {
+    let shown = program.display();
+    let meta = std::fs::metadata(program).map_err(|e| format!("{shown}: {e}"))?;
+    gpu_affinity::trust::check_trusted(&meta, what, program, owner).map_err(|e| e.to_string())?;
+    if !meta.is_file() || meta.mode() & 0o111 == 0 {
+        return Err(format!("{shown}: not an executable file"));
+    }
+    Ok(())
+}
+
+/// A command for a program root runs on the admin's word: nothing of the job's or
+/// slurmd's environment steers it (the program finds its libraries by its rpath or
+/// ld.so.conf).
+pub fn root_command(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear().env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    cmd
+}
+
+/// `why`, explained by the exit status and the last line the program wrote to stderr,
+/// as one line.
+pub fn explain(why: &str, status: &dyn std::fmt::Display, stderr: &str) -> String {
+    let text = match stderr.lines().rev().find(|l| !l.trim().is_empty()) {
+        Some(l) => format!("{why} ({status}; {})", l.trim()),
+        None => format!("{why} ({status})"),
+    };
+    gpu_affinity::text::one_line(&text).into_owned()
 }
 
 #[cfg(test)]

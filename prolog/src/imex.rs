@@ -5,7 +5,6 @@
 //! fail is a `Gap` with one line saying why, which the check reports as a skip.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use gpu_affinity::health::imex::{self, DaemonState, Imex, ImexError};
@@ -21,7 +20,7 @@ const KEEP: Keep = Keep {
 
 /// Read the daemon's state and, once it is READY, the domain; each command under `each`.
 pub fn read_imex(program: &Path, each: Duration, owner: u32) -> Gathered<Imex> {
-    crate::active::trusted_program(program, "IMEX control program", owner)?;
+    bounded::trusted_program(program, "IMEX control program", owner).map_err(Gap::Failed)?;
     let daemon = ask(program, &["-q"], each, imex::daemon_state)?;
     let domain = match daemon {
         DaemonState::Ready => Some(ask(program, &["-N", "-j"], each, imex::domain)?),
@@ -40,37 +39,21 @@ fn ask<T>(
     parse: fn(&str) -> Result<T, ImexError>,
 ) -> Gathered<T> {
     let named = format!("{} {}", program.display(), args.join(" "));
-    let mut cmd = Command::new(program);
-    // Nothing of the job's or slurmd's environment steers what runs as root.
-    cmd.args(args)
-        .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
+    let mut cmd = bounded::root_command(program);
+    cmd.args(args);
     let ran = bounded::run(&mut cmd, &named, bound, KEEP).map_err(|e| match e {
         RunError::Timeout { after, .. } => Gap::Timeout {
             after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
         },
-        other => Gap::Failed(one_line(&other.to_string())),
+        other => Gap::Failed(gpu_affinity::text::one_line(&other.to_string()).into_owned()),
     })?;
     // The not-configured message may come on either stream.
     if ran.stdout.contains(imex::NOT_CONFIGURED) || ran.stderr.contains(imex::NOT_CONFIGURED) {
         return Err(Gap::Failed(ImexError::NotConfigured.to_string()));
     }
-    let explain = |why: String| {
-        let last = ran.stderr.lines().rev().find(|l| !l.trim().is_empty());
-        let why = match last {
-            Some(l) => format!("{why} ({}; {})", ran.status, l.trim()),
-            None => format!("{why} ({})", ran.status),
-        };
-        Gap::Failed(one_line(&why))
-    };
+    let explain = |why: String| Gap::Failed(bounded::explain(&why, &ran.status, &ran.stderr));
     if ran.stdout.trim().is_empty() {
         return Err(explain(format!("{named} printed nothing")));
     }
     parse(&ran.stdout).map_err(|e| explain(e.to_string()))
-}
-
-fn one_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
 }

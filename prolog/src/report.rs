@@ -17,9 +17,7 @@
 //! on its trust-checked directory.
 
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use gpu_affinity::config::{Config, HandoffConfig};
@@ -183,16 +181,10 @@ fn report_impact(
 /// One request through curl: the answer's body when its status is 2xx.
 fn curl(h: &HandoffConfig, what: &'static str, req: &CurlRequest) -> Result<String, String> {
     let program = h.curl();
-    let meta = std::fs::metadata(program).map_err(|e| format!("{}: {e}", program.display()))?;
-    gpu_affinity::trust::check_trusted(&meta, "curl", program, state::owner())
-        .map_err(|e| e.to_string())?;
-    if !meta.is_file() || meta.mode() & 0o111 == 0 {
-        return Err(format!("{}: not an executable file", program.display()));
-    }
+    bounded::trusted_program(program, "curl", state::owner())?;
     let max = h.timeout_s().to_string();
-    let mut cmd = Command::new(program);
-    cmd.env_clear()
-        .args(["--disable", "--silent", "--show-error", "--max-time", &max])
+    let mut cmd = bounded::root_command(program);
+    cmd.args(["--disable", "--silent", "--show-error", "--max-time", &max])
         .args(["--proto", "=http,https", "--config", "-"]);
     let bound = Duration::from_secs(u64::from(h.timeout_s()) + 2);
     let keep = Keep {
@@ -202,13 +194,11 @@ fn curl(h: &HandoffConfig, what: &'static str, req: &CurlRequest) -> Result<Stri
     let ran = bounded::run_with_input(&mut cmd, what, bound, keep, Some(req.config().into_bytes()))
         .map_err(|e| format!("{what}: {e}"))?;
     if !ran.status.success() {
-        let last = ran.stderr.lines().rev().find(|l| !l.trim().is_empty());
-        return Err(gpu_affinity::text::one_line(&format!(
-            "{what}: curl {} ({})",
-            ran.status,
-            last.unwrap_or("no message").trim()
-        ))
-        .into_owned());
+        return Err(bounded::explain(
+            &format!("{what}: curl failed"),
+            &ran.status,
+            &ran.stderr,
+        ));
     }
     let (body, status) = core_handoff::split_status(&ran.stdout);
     match status {

@@ -51,17 +51,17 @@ fn topology(form: &str, dir: &Path) -> String {
     let map = dir.join("nodemap");
     std::fs::write(&input, AWS).expect("write input");
     std::fs::write(&map, NODEMAP).expect("write nodemap");
-    admin(&[
-        "conf",
-        "topology",
-        "--from",
-        "aws",
-        &input.display().to_string(),
-        "--nodes",
-        &map.display().to_string(),
-        "--form",
-        form,
-    ])
+    aws_topology(&input, &map, form, &[])
+}
+
+/// `gpu-affinity conf topology --from aws INPUT --nodes MAP --form FORM EXTRA...`.
+fn aws_topology(input: &Path, map: &Path, form: &str, extra: &[&str]) -> String {
+    let (input, map) = (input.display().to_string(), map.display().to_string());
+    let mut args = vec![
+        "conf", "topology", "--from", "aws", &input, "--nodes", &map, "--form", form,
+    ];
+    args.extend_from_slice(extra);
+    admin(&args)
 }
 
 fn show_topology(cluster: &Cluster) -> String {
@@ -974,21 +974,12 @@ fn generated_topologies_with_unplaced_nodes_load_on_this_series() {
         forms.push("yaml");
     }
     for form in forms {
-        let text = admin(&[
-            "conf",
-            "topology",
-            "--from",
-            "aws",
-            &input.display().to_string(),
-            "--nodes",
-            &map.display().to_string(),
-            "--form",
+        let text = aws_topology(
+            &input,
+            &map,
             form,
-            "--unplaced",
-            "isolate",
-            "--slurm-series",
-            &series,
-        ]);
+            &["--unplaced", "isolate", "--slurm-series", &series],
+        );
         let (file, key, first, plugin) = match form {
             // Switches are named in NODEMAP order: pa2's leaf first.
             "tree" => ("topology.conf", "SwitchName", "s3_2", "topology/tree"),
@@ -1077,21 +1068,12 @@ fn admin_block_sizes_load_with_a_domain_above_the_base() {
         ),
         ("26.05", "yaml", "topology.yaml", ""),
     ] {
-        let text = admin(&[
-            "conf",
-            "topology",
-            "--from",
-            "aws",
-            &input.display().to_string(),
-            "--nodes",
-            &map.display().to_string(),
-            "--form",
+        let text = aws_topology(
+            &input,
+            &map,
             form,
-            "--block-sizes",
-            "2,4",
-            "--slurm-series",
-            series,
-        ]);
+            &["--block-sizes", "2,4", "--slurm-series", series],
+        );
         let lines: Vec<&str> = text.lines().map(str::trim).collect();
         assert!(
             text.contains(

@@ -150,15 +150,13 @@ pub struct Imex {
     pub domain: Option<ImexDomain>,
 }
 
-/// `text` as one short line: controls blanked, cut to [`MAX_FIELD`] characters.
+/// `text` as one short line: controls escaped ([`crate::text::one_line`]), cut to
+/// [`MAX_FIELD`] characters.
 fn one_line(text: &str) -> String {
-    let line: String = text
-        .trim()
+    crate::text::one_line(text.trim())
         .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
         .take(MAX_FIELD)
-        .collect();
-    line.trim().to_string()
+        .collect()
 }
 
 /// `nvidia-imex-ctl -q`'s output: the whole trimmed text is the state's word (DCGM
