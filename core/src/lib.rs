@@ -32,6 +32,7 @@ pub mod plugin_env;
 pub mod ranges;
 pub mod safe_dir;
 pub mod sample_config;
+pub mod saved;
 pub mod slurm;
 pub mod solver;
 pub mod sources;

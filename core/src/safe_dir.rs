@@ -230,14 +230,45 @@ impl SafeDir {
 
     /// A regular file's bytes (non-blocking, no symlink), at most `limit`; `None` when absent.
     pub fn read(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
+        self.read_checked(name, limit, None)
+    }
+
+    /// [`SafeDir::read`] of a file only `owner` may read or write (mode 0600 or less):
+    /// root's own copy of something, which nobody else may have planted or seen.
+    pub fn read_private(
+        &self,
+        name: &str,
+        limit: u64,
+        owner: u32,
+    ) -> Result<Option<Vec<u8>>, String> {
+        self.read_checked(name, limit, Some(owner))
+    }
+
+    fn read_checked(
+        &self,
+        name: &str,
+        limit: u64,
+        private_to: Option<u32>,
+    ) -> Result<Option<Vec<u8>>, String> {
         let file = match open_at(&self.dir, name, OFlags::RDONLY, 0) {
             Ok(f) => f,
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(format!("{}: {}", self.shown(name), io::Error::from(e))),
         };
         let err = |e: io::Error| format!("{}: {e}", self.shown(name));
-        if !file.metadata().map_err(err)?.is_file() {
+        let meta = file.metadata().map_err(err)?;
+        if !meta.is_file() {
             return Err(format!("{} is not a regular file", self.shown(name)));
+        }
+        if let Some(owner) = private_to
+            && (meta.uid() != owner || meta.mode() & 0o077 != 0)
+        {
+            return Err(format!(
+                "{} is not uid {owner}'s alone (uid {}, mode {:04o}); not using it",
+                self.shown(name),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ));
         }
         let mut bytes = Vec::new();
         file.take(limit + 1).read_to_end(&mut bytes).map_err(err)?;

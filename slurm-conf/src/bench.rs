@@ -245,6 +245,50 @@ fn step_work(root: &Path, runs: usize) -> Result<(), CliError> {
         ms(s.median),
         ms(s.best)
     );
+    copies(root, runs)
+}
+
+/// What a step pays instead of discovery and the profile parse while the node's copies
+/// in run_dir are current (the plugin's `copies.rs`): the fingerprint, and the JSON read
+/// back (the file read itself not included).
+fn copies(root: &Path, runs: usize) -> Result<(), CliError> {
+    use gpu_affinity::saved;
+    let machine = sources::sysfs::read_machine_with(root, Detail::Placement)?;
+    let profiles = Profiles::builtin();
+    let fingerprint = saved::node_fingerprint(root).ok_or("no node fingerprint")?;
+    let machine_copy = saved::to_bytes(&fingerprint, &machine)?;
+    let profiles_copy = saved::to_bytes(&fingerprint, &profiles)?;
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    for _ in 0..runs {
+        let start = Instant::now();
+        std::hint::black_box(saved::node_fingerprint(root));
+        times[0].push(start.elapsed());
+        let start = Instant::now();
+        let back = saved::value_if_current::<Machine>(&machine_copy, &fingerprint);
+        times[1].push(start.elapsed());
+        if back.as_ref() != Some(&machine) {
+            return Err(CliError("the machine's copy does not read back".into()));
+        }
+        let start = Instant::now();
+        let back = saved::value_if_current::<Profiles>(&profiles_copy, &fingerprint);
+        times[2].push(start.elapsed());
+        if back.as_ref() != Some(&profiles) {
+            return Err(CliError("the profiles' copy does not read back".into()));
+        }
+    }
+    let labels = [
+        "node fingerprint".to_string(),
+        format!("machine copy ({} KiB JSON)", machine_copy.len() / 1024),
+        format!("profiles copy ({} KiB JSON)", profiles_copy.len() / 1024),
+    ];
+    for (label, t) in labels.iter().zip(&mut times) {
+        let s = Summary::of(t);
+        println!(
+            "copies     {label:<28} median {:>8.3} ms  best {:>8.3} ms",
+            ms(s.median),
+            ms(s.best)
+        );
+    }
     Ok(())
 }
 

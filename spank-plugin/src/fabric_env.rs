@@ -46,6 +46,17 @@ pub fn load_profiles(dir: &Path, owner: u32) -> Result<Profiles, String> {
     profiles::load_trusted(dir, owner).map_err(|e| e.to_string())
 }
 
+/// [`load_profiles`] through the node's copy in `run_dir` (`copies.rs`): the copy while
+/// `dir` is as it was when the copy was saved (every entry's owner, mode, size and
+/// times), else loaded afresh, so an edit is read and a file made untrusted is refused
+/// by the next step. An error is never saved.
+pub fn step_profiles(dir: &Path, owner: u32, run_dir: &Path) -> Result<Profiles, String> {
+    let fingerprint = gpu_affinity::saved::dir_fingerprint(dir);
+    crate::copies::through_copy(run_dir, owner, crate::copies::PROFILES, fingerprint, || {
+        load_profiles(dir, owner)
+    })
+}
+
 /// Render the profile of `setup.detection` (init_post_opt's, on the same machine and
 /// profiles) for `plan` and settle NCCL_TOPO_FILE. `setup.vendor_topology` is the profile's vendor topology file as init_post_opt read it;
 /// `topology_dir` is where a generated topology file would go; `existing` answers from
@@ -125,4 +136,51 @@ pub fn rank_env(env: &Env, index: usize) -> Vec<(String, String)> {
         .filter(|(_, v)| v.to_export())
         .map(|(k, v)| (k.clone(), v.value.clone()))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    const PROFILE: &str = "description = \"site\"\n[match]\nvendor = \"aws\"\n\n[[env]]\nkey = \"NCCL_DEBUG\"\nvalue = \"INFO\"\nsource = \"site\"\n";
+
+    #[test]
+    fn the_profiles_copy_follows_every_edit_and_refuses_a_chmod() {
+        let me = nix::unistd::getuid().as_raw();
+        let t = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (dir, run) = (t.path().join("profiles.d"), t.path().join("run"));
+        std::fs::create_dir(&dir).unwrap();
+        let file = dir.join("site.toml");
+        std::fs::write(&file, PROFILE).unwrap();
+        let fresh = load_profiles(&dir, me).unwrap();
+        assert!(fresh.get("site").is_some());
+        assert_eq!(step_profiles(&dir, me, &run).unwrap(), fresh);
+        assert!(run.join(crate::copies::PROFILES).is_file());
+        assert_eq!(
+            step_profiles(&dir, me, &run).unwrap(),
+            fresh,
+            "from the copy"
+        );
+
+        // An edit is read by the next step.
+        std::fs::write(&file, PROFILE.replace("INFO", "WARN")).unwrap();
+        let edited = step_profiles(&dir, me, &run).unwrap();
+        assert_ne!(edited, fresh);
+        assert_eq!(edited, load_profiles(&dir, me).unwrap());
+
+        // Made writable by others: refused, by this step and the next (never saved).
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let refused = step_profiles(&dir, me, &run).unwrap_err();
+        assert!(refused.contains("site.toml"), "{refused}");
+        assert_eq!(step_profiles(&dir, me, &run).unwrap_err(), refused);
+
+        // A parse error names the file and the line, and is not saved either.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&file, "description = \n").unwrap();
+        let bad = step_profiles(&dir, me, &run).unwrap_err();
+        assert!(bad.contains("site.toml:1"), "{bad}");
+        assert_eq!(step_profiles(&dir, me, &run).unwrap_err(), bad);
+    }
 }

@@ -9,6 +9,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
 use gpu_affinity::slurm::slurm_conf::SlurmConf;
@@ -111,6 +112,21 @@ impl fmt::Display for MemPolicy {
 pub trait Os {
     /// The node's topology as seen under `root` (normally `/`), read to `detail`.
     fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String>;
+    /// The step's machine: [`Detail::Placement`] under `root`. The live node's may come
+    /// from its copy in `run_dir` (`copies.rs`); fakes read afresh.
+    fn read_step_machine(
+        &self,
+        root: &Path,
+        _run_dir: &Path,
+        _owner: u32,
+    ) -> Result<Machine, String> {
+        self.read_machine(root, Detail::Placement)
+    }
+    /// The step's profiles: the built-in ones plus `dir`'s, trust-checked for `owner`.
+    /// The live node's may come from its copy in `run_dir`; fakes read afresh.
+    fn step_profiles(&self, dir: &Path, owner: u32, _run_dir: &Path) -> Result<Profiles, String> {
+        crate::fabric_env::load_profiles(dir, owner)
+    }
     /// Add the PCIe link attributes a [`Detail::Placement`] read left out.
     fn read_pci_links(&self, root: &Path, machine: &mut Machine) -> Result<(), String>;
     /// NUMA nodes the running kernel has (always the live /sys, never a replayed root).

@@ -72,7 +72,10 @@
 //!   slurmstepd left is removed by the next step that writes one. `run_dir` is created
 //!   0755 when absent; an existing one must be root's, not writable by others and
 //!   searchable by job users, and every directory above it root's and not writable by
-//!   others (unless sticky, like /tmp), with no symlink on the way.
+//!   others (unless sticky, like /tmp), with no symlink on the way. Beside the step
+//!   directories it keeps the node's copies, `machine.json` and `profiles.json` (root's,
+//!   0600): what a step read from sysfs and the profiles, used by the next step while
+//!   the node's fingerprint is unchanged (`copies.rs`); deleting them is always safe.
 //! * A profile's vendor NCCL topology file must be root's and not writable by group or
 //!   others; otherwise it is not used (a warning) and a topology is generated.
 //!
@@ -102,6 +105,7 @@
 #![deny(unsafe_code)]
 
 mod apply;
+mod copies;
 mod dispatch;
 mod exit;
 mod fabric_env;

@@ -19,7 +19,6 @@ use gpu_affinity::fabric::{Detection, detect_with};
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gpu_ids::SlurmGpus;
 use gpu_affinity::slurm::read::{cgroup_conf_path, gres_conf_path};
-use gpu_affinity::sources::sysfs::Detail;
 
 use crate::fabric_env;
 use crate::host::{Host, Os};
@@ -90,7 +89,7 @@ pub fn read_node(
     os: &dyn Os,
 ) -> Result<NodeInputs, StepOutcome> {
     let mut machine = os
-        .read_machine(&settings.sysfs_root, Detail::Placement)
+        .read_step_machine(&settings.sysfs_root, &settings.run_dir, settings.owner)
         .map_err(|e| unplannable(resolved, format!("this node's topology is unknown ({e})")))?;
     timing::mark("sysfs");
     let slurm_gpus = slurm_gpus(&machine, settings, resolved, os)?;
@@ -103,7 +102,7 @@ pub fn read_node(
     // An admin profile that cannot be used is the admin's to fix: strict refuses the
     // step with the reason, prefer carries on with the built-in profiles.
     let (profiles, warnings) =
-        match fabric_env::load_profiles(&settings.profiles_dir, settings.owner) {
+        match os.step_profiles(&settings.profiles_dir, settings.owner, &settings.run_dir) {
             Ok(profiles) => (profiles, Vec::new()),
             Err(reason) => {
                 log::error!("gpu-affinity: {reason}");

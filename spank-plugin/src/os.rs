@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use gpu_affinity::cpuset::CpuSet;
+use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
 use gpu_affinity::slurm::slurm_conf::SlurmConf;
@@ -85,6 +86,19 @@ impl Os for LiveOs {
 
     fn read_pci_links(&self, root: &Path, machine: &mut Machine) -> Result<(), String> {
         crate::sysfs_machine::read_pci_links(root, machine)
+    }
+
+    fn read_step_machine(
+        &self,
+        root: &Path,
+        run_dir: &Path,
+        owner: u32,
+    ) -> Result<Machine, String> {
+        crate::sysfs_machine::step_machine(root, run_dir, owner)
+    }
+
+    fn step_profiles(&self, dir: &Path, owner: u32, run_dir: &Path) -> Result<Profiles, String> {
+        crate::fabric_env::step_profiles(dir, owner, run_dir)
     }
 
     /// Read once per process: user_init asks first (see `user_init::decide`), so the

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -66,10 +67,17 @@ fn a_forged_newline_in_slurm_step_gpus_stays_inside_its_log_line() {
     }
 }
 
-/// The step directories under `run_dir`; `None` while run_dir does not exist.
+/// The step directories under `run_dir` (`job*`; the node's copies beside them are
+/// not steps'); `None` while run_dir does not exist.
 fn step_dirs(run_dir: &Path) -> Option<Vec<PathBuf>> {
     let entries = std::fs::read_dir(run_dir).ok()?;
-    Some(entries.flatten().map(|e| e.path()).collect())
+    Some(
+        entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("job"))
+            .map(|e| e.path())
+            .collect(),
+    )
 }
 
 /// Wait (bounded) until `cond` holds for run_dir's entries; the entries at the end.
@@ -114,8 +122,8 @@ fn step_with_topology(cluster: &Cluster, run_dir: &Path) {
     );
 }
 
-/// [`step_with_topology`], then run_dir empties (its exit hook may still be running when
-/// srun returns, so within a bound).
+/// [`step_with_topology`], then no step directory is left (its exit hook may still be
+/// running when srun returns, so within a bound); the node's copies stay, root's alone.
 fn step_leaves_run_dir_empty(cluster: &Cluster, run_dir: &Path, what: &str) {
     step_with_topology(cluster, run_dir);
     let left = wait_for_dirs(run_dir, Duration::from_secs(10), <[PathBuf]>::is_empty);
@@ -124,6 +132,12 @@ fn step_leaves_run_dir_empty(cluster: &Cluster, run_dir: &Path, what: &str) {
         "left after {what}: {left:?}{}",
         cluster.log_tails()
     );
+    for copy in ["machine.json", "profiles.json"] {
+        let meta = std::fs::symlink_metadata(run_dir.join(copy))
+            .unwrap_or_else(|e| panic!("{copy} after {what}: {e}{}", cluster.log_tails()));
+        assert!(meta.is_file(), "{copy}: {meta:?}");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{copy}");
+    }
 }
 
 fn signal(pid: u32, signal: Signal) {

@@ -142,7 +142,7 @@ pub enum Combine {
 }
 
 /// One environment variable of a profile.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct Var {
     pub key: String,
     /// A template (see [`template`]).
@@ -162,7 +162,7 @@ pub struct Var {
 }
 
 /// A `vendor:device` PCI id pattern; `device` `None` matches any device (`15b3:*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct PciIdPattern {
     pub vendor: u16,
     pub device: Option<u16>,
@@ -175,7 +175,7 @@ impl PciIdPattern {
 }
 
 /// When a profile applies. Every rule given must hold; an empty rule holds always.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct MatchRules {
     /// "aws", "azure", "gcp", "oci" or "unknown".
     pub vendor: Option<String>,
@@ -194,7 +194,7 @@ pub struct MatchRules {
 
 /// Which of the node's fabric NICs the profile counts as its fabric: the ones its
 /// placeholders list and the only ones the solver gives to ranks.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct FabricFilter {
     /// Only NICs of these kinds (empty: all fabric NICs).
     pub kinds: Vec<NicKind>,
@@ -214,7 +214,7 @@ impl FabricFilter {
 }
 
 /// One profile, parsed and checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct Profile {
     /// The file stem: `oci-h100` for `oci-h100.toml`.
     pub name: String,
@@ -249,8 +249,9 @@ impl Profile {
     }
 }
 
-/// A loaded set of profiles.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A loaded set of profiles. Serialized only for the plugin's copy of it
+/// (`saved`), read back by the same build.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct Profiles {
     list: Vec<Profile>,
 }

@@ -1,0 +1,128 @@
+//! The node's copies in `run_dir`: what one step read from the node, for the next step
+//! on it to use while the node is unchanged (the core's [`saved`] format).
+//!
+//! Every step is a new slurmstepd, and on a quiet node its reads of sysfs and the
+//! profiles were most of the plugin's cost per step (docs/measurements.md). A step
+//! first makes the fingerprint (a few reads), then uses the copy saved under the same
+//! fingerprint, or reads afresh and replaces the copy.
+//!
+//! The copies are root's alone: `run_dir` reached by the checked walk of
+//! [`safe_dir::open`], each copy read only when it is a regular file `owner` owns with
+//! mode 0600 (O_NOFOLLOW, O_NONBLOCK), and replaced by a new file renamed over it. A
+//! copy that is missing, unreadable, untrusted or malformed means a fresh read, never
+//! a refused step; a failed read is never saved.
+
+use std::path::Path;
+
+use gpu_affinity::safe_dir::{self, Rule};
+use gpu_affinity::saved::{self, MAX_SAVED_BYTES};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// The machine, as [`crate::sysfs_machine::step_machine`] discovers it.
+pub const MACHINE: &str = "machine.json";
+/// The built-in and admin profiles, as [`crate::fabric_env::step_profiles`] loads them.
+pub const PROFILES: &str = "profiles.json";
+
+/// `read()`'s value through the copy `name` in `run_dir`: the copy's when it was saved
+/// under `fingerprint`, else `read()`'s, which then replaces the copy. `fingerprint`
+/// `None` (it could not be made): `read()` alone, nothing saved.
+pub fn through_copy<T: Serialize + DeserializeOwned, E>(
+    run_dir: &Path,
+    owner: u32,
+    name: &str,
+    fingerprint: Option<String>,
+    read: impl FnOnce() -> Result<T, E>,
+) -> Result<T, E> {
+    let Some(fingerprint) = fingerprint else {
+        return read();
+    };
+    let dir = match safe_dir::open(run_dir, "run_dir", Rule::Trusted, owner, Some(0o755)) {
+        Ok(dir) => dir,
+        Err(e) => {
+            log::debug!("gpu-affinity: no copy of {name}: {e}");
+            return read();
+        }
+    };
+    match dir.read_private(name, MAX_SAVED_BYTES, owner) {
+        Ok(Some(bytes)) => {
+            if let Some(value) = saved::value_if_current(&bytes, &fingerprint) {
+                return Ok(value);
+            }
+        }
+        Ok(None) => {}
+        Err(e) => log::debug!("gpu-affinity: {e}"),
+    }
+    let value = read()?;
+    let saved =
+        saved::to_bytes(&fingerprint, &value).and_then(|bytes| dir.replace(name, &bytes, 0o600));
+    if let Err(e) = saved {
+        log::debug!("gpu-affinity: copy {name} not saved: {e}");
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn me() -> u32 {
+        nix::unistd::getuid().as_raw()
+    }
+
+    /// A run_dir under a private temp dir (the walk checks every directory on the way).
+    fn run_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let run = t.path().join("run");
+        (t, run)
+    }
+
+    #[test]
+    fn the_copy_serves_its_fingerprint_and_is_replaced_for_another() {
+        let (_t, run) = run_dir();
+        let reads = Cell::new(0);
+        let read = |v: u32| {
+            reads.set(reads.get() + 1);
+            Ok::<_, String>(v)
+        };
+        // One step reading through the copy "n.json" under fingerprint `fp`, where a
+        // fresh read would give `v`.
+        let step =
+            |fp: &str, v: u32| through_copy(&run, me(), "n.json", Some(fp.into()), || read(v));
+        assert_eq!(step("a", 1), Ok(1));
+        assert_eq!(step("a", 2), Ok(1));
+        assert_eq!(reads.get(), 1, "the second step used the copy");
+        assert_eq!(step("b", 3), Ok(3));
+        assert_eq!(step("b", 4), Ok(3));
+        let file = run.join("n.json");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "root's alone");
+
+        // Not the owner's alone: ignored and replaced by a fresh read.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(step("b", 5), Ok(5));
+        assert_eq!(step("b", 6), Ok(5));
+        // Corrupt: the same.
+        std::fs::write(&file, b"\"b\"\n{not json").unwrap();
+        assert_eq!(step("b", 7), Ok(7));
+        // A planted symlink is never followed: read afresh, and the link replaced.
+        std::fs::remove_file(&file).unwrap();
+        std::fs::write(run.join("elsewhere"), b"\"b\"\n99").unwrap();
+        std::os::unix::fs::symlink(run.join("elsewhere"), &file).unwrap();
+        assert_eq!(step("b", 8), Ok(8));
+        assert!(!std::fs::symlink_metadata(&file).unwrap().is_symlink());
+        // A failed read is passed on and never saved; no fingerprint: nothing saved.
+        assert_eq!(
+            through_copy(&run, me(), "e.json", Some("b".into()), || Err::<u32, _>(
+                "bad".to_string()
+            )),
+            Err("bad".to_string())
+        );
+        assert!(!run.join("e.json").exists());
+        assert_eq!(through_copy(&run, me(), "f.json", None, || read(9)), Ok(9));
+        assert!(!run.join("f.json").exists());
+    }
+}
