@@ -238,7 +238,7 @@ fn tree_of(text: &str, form: &str) -> Tree {
                 id(&s.name),
                 (
                     s.children.iter().map(|c| id(c)).collect(),
-                    s.nodes.iter().cloned().collect(),
+                    s.nodes.to_vec().into_iter().collect(),
                 ),
             )
         })
@@ -285,7 +285,7 @@ fn blocks_of(text: &str, form: &str) -> (Vec<Nodes>, Vec<u32>) {
     (
         b.blocks
             .iter()
-            .map(|b| b.nodes.iter().cloned().collect())
+            .map(|b| b.nodes.to_vec().into_iter().collect())
             .collect(),
         b.sizes,
     )

@@ -6,6 +6,7 @@
 //! unit's members are a set to Slurm.
 #![no_main]
 
+use gpu_affinity::slurm::hostlist::Hostlist;
 use gpu_affinity::slurm::topology::{self, Kind, Topology};
 use libfuzzer_sys::fuzz_target;
 
@@ -15,14 +16,19 @@ fn members_as_sets(mut t: Topology) -> Topology {
         v.sort();
         v.dedup();
     };
+    let nodes = |h: &mut Hostlist| {
+        let mut v = h.to_vec();
+        set(&mut v);
+        *h = v.into();
+    };
     match &mut t.kind {
         Kind::Tree(switches) => {
             for s in switches {
                 set(&mut s.children);
-                set(&mut s.nodes);
+                nodes(&mut s.nodes);
             }
         }
-        Kind::Block(b) => b.blocks.iter_mut().for_each(|b| set(&mut b.nodes)),
+        Kind::Block(b) => b.blocks.iter_mut().for_each(|b| nodes(&mut b.nodes)),
         Kind::Flat => {}
     }
     t

@@ -3,9 +3,14 @@
 //!
 //! Expansion keeps the order written (Slurm's hostlist_shift does too; gres.conf's
 //! device order is Slurm's GPU numbering) and zero padding (`[01-03]` -> 01, 02, 03).
-//! Brackets use core's one range-list rule ([`crate::ranges`]).
+//! Brackets use core's one range-list rule ([`crate::ranges`]). A [`Hostlist`] keeps a
+//! list as its parsed patterns (names made on demand) and an [`Index`] finds a name among
+//! many of them: topology files name whole clusters, a step a few of their nodes.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::ranges::{self, Limits};
 
@@ -69,36 +74,19 @@ pub fn expand_bounded(text: &str, max_names: u64) -> Result<Vec<String>, Hostlis
         if item.is_empty() {
             continue;
         }
-        if outside_brackets(item).any(char::is_whitespace) {
-            return Err(HostlistError::BadName(item.chars().take(80).collect()));
-        }
-        let mut brackets: Brackets = Vec::new();
-        let mut rest = item;
-        while let Some(open) = rest.find('[') {
-            let close = rest[open..].find(']').ok_or(HostlistError::Brackets)? + open;
-            let inside = &rest[open + 1..close];
-            if inside.chars().any(char::is_whitespace) {
-                return Err(HostlistError::BlankInBrackets(
-                    item.chars().take(80).collect(),
-                ));
-            }
-            let limits = Limits {
-                max_value: u32::MAX,
-                max_count: max_names,
-            };
-            brackets.push((&rest[..open], ranges::parse(inside, limits, false)?));
-            rest = &rest[close + 1..];
-        }
-        if rest.contains(']') {
-            return Err(HostlistError::Brackets);
-        }
-        let count = brackets.iter().fold(1u64, |acc, (_, parts)| {
-            acc.saturating_mul(parts.iter().map(ranges::Range::len).sum())
-        });
+        let (brackets, tail, count) = parse_item(item, max_names)?;
         if count.saturating_add(out.len() as u64) > max_names {
             return Err(HostlistError::TooMany(max_names));
         }
-        push_names(&mut out, &mut out_bytes, &brackets, rest)?;
+        let mut names = Odometer::new(&brackets, tail);
+        while let Some(len) = names.next_len() {
+            // Counted before the name is made: memory stays within the bound.
+            out_bytes += len;
+            if out_bytes > MAX_BYTES {
+                return Err(HostlistError::TooLong);
+            }
+            out.extend(names.next());
+        }
     }
     if out.is_empty() {
         return Err(HostlistError::Empty);
@@ -106,56 +94,102 @@ pub fn expand_bounded(text: &str, max_names: u64) -> Result<Vec<String>, Hostlis
     Ok(out)
 }
 
-/// Push the names of one pattern (`brackets`, then `tail`) in Slurm's order: an
-/// odometer whose fastest digit is the last bracket, then the first, second, ... So
-/// each name is written once at its final size.
-fn push_names(
-    out: &mut Vec<String>,
-    out_bytes: &mut usize,
-    brackets: &Brackets,
-    tail: &str,
-) -> Result<(), HostlistError> {
-    let Some(last) = brackets.len().checked_sub(1) else {
-        *out_bytes += tail.len();
-        if *out_bytes > MAX_BYTES {
-            return Err(HostlistError::TooLong);
+/// One non-empty item of a hostlist (a name pattern, between separators): its brackets,
+/// the text after the last one and how many names it stands for (saturating).
+fn parse_item(item: &str, max_names: u64) -> Result<(Brackets<'_>, &str, u64), HostlistError> {
+    if outside_brackets(item).any(char::is_whitespace) {
+        return Err(HostlistError::BadName(item.chars().take(80).collect()));
+    }
+    let mut brackets: Brackets = Vec::new();
+    let mut rest = item;
+    while let Some(open) = rest.find('[') {
+        let close = rest[open..].find(']').ok_or(HostlistError::Brackets)? + open;
+        let inside = &rest[open + 1..close];
+        if inside.chars().any(char::is_whitespace) {
+            return Err(HostlistError::BlankInBrackets(
+                item.chars().take(80).collect(),
+            ));
         }
-        out.push(tail.to_string());
-        return Ok(());
-    };
-    // Digit order, fastest first.
-    let order: Vec<usize> = std::iter::once(last).chain(0..last).collect();
-    // Per bracket: (part index, value) now.
-    let mut at: Vec<(usize, u32)> = brackets
-        .iter()
-        .map(|(_, parts)| (0, parts.first().map_or(0, |r| r.lo)))
-        .collect();
-    let fixed: usize = brackets.iter().map(|(p, _)| p.len()).sum::<usize>() + tail.len();
-    let mut digits: Vec<usize> = Vec::with_capacity(brackets.len());
-    loop {
-        digits.clear();
-        digits.extend(
-            brackets
-                .iter()
-                .zip(&at)
-                .map(|((_, parts), &(i, v))| written_as(v, parts[i].width)),
-        );
-        let len = fixed + digits.iter().sum::<usize>();
-        *out_bytes += len;
-        if *out_bytes > MAX_BYTES {
-            return Err(HostlistError::TooLong);
+        let limits = Limits {
+            max_value: u32::MAX,
+            max_count: max_names,
+        };
+        brackets.push((&rest[..open], ranges::parse(inside, limits, false)?));
+        rest = &rest[close + 1..];
+    }
+    if rest.contains(']') {
+        return Err(HostlistError::Brackets);
+    }
+    let count = brackets.iter().fold(1u64, |acc, (_, parts)| {
+        acc.saturating_mul(parts.iter().map(ranges::Range::len).sum())
+    });
+    Ok((brackets, rest, count))
+}
+
+/// The names of one pattern (`brackets`, then `tail`) in Slurm's order: an odometer
+/// whose fastest digit is the last bracket, then the first, second, ... So each name
+/// is written once at its final size.
+struct Odometer<'b, P> {
+    brackets: &'b [(P, Vec<ranges::Range>)],
+    tail: &'b str,
+    /// Per bracket: (part index, value) now; `None` once every name was given.
+    at: Option<Vec<(usize, u32)>>,
+    /// Bytes every name has: the prefixes and the tail.
+    fixed: usize,
+}
+
+impl<'b, P: AsRef<str>> Odometer<'b, P> {
+    fn new(brackets: &'b [(P, Vec<ranges::Range>)], tail: &'b str) -> Self {
+        let at = brackets
+            .iter()
+            .map(|(_, parts)| (0, parts.first().map_or(0, |r| r.lo)))
+            .collect();
+        let fixed = brackets
+            .iter()
+            .map(|(p, _)| p.as_ref().len())
+            .sum::<usize>()
+            + tail.len();
+        Odometer {
+            brackets,
+            tail,
+            at: Some(at),
+            fixed,
         }
+    }
+
+    /// The length of the next name, if there is one.
+    fn next_len(&self) -> Option<usize> {
+        let at = self.at.as_ref()?;
+        Some(
+            self.fixed
+                + self
+                    .brackets
+                    .iter()
+                    .zip(at)
+                    .map(|((_, parts), &(i, v))| written_as(v, parts[i].width))
+                    .sum::<usize>(),
+        )
+    }
+}
+
+impl<P: AsRef<str>> Iterator for Odometer<'_, P> {
+    type Item = String;
+
+    fn next(&mut self) -> Option<String> {
+        let len = self.next_len()?;
+        let at = self.at.as_mut()?;
         let mut name = String::with_capacity(len);
-        for (((prefix, _), &(_, v)), &d) in brackets.iter().zip(&at).zip(&digits) {
-            name.push_str(prefix);
-            push_padded(&mut name, v, d);
+        for ((prefix, parts), &(i, v)) in self.brackets.iter().zip(at.iter()) {
+            name.push_str(prefix.as_ref());
+            push_padded(&mut name, v, written_as(v, parts[i].width));
         }
-        name.push_str(tail);
-        out.push(name);
-        // Advance the odometer.
+        name.push_str(self.tail);
+        // Advance: the last bracket fastest, then the first, second, ...
+        let last = self.brackets.len().checked_sub(1);
+        let order = last.into_iter().chain(0..last.unwrap_or(0));
         let mut carried = true;
-        for &b in &order {
-            let parts = &brackets[b].1;
+        for b in order {
+            let parts = &self.brackets[b].1;
             let (i, v) = &mut at[b];
             if *v < parts[*i].hi {
                 *v += 1;
@@ -172,8 +206,9 @@ fn push_names(
             *v = parts[0].lo;
         }
         if carried {
-            return Ok(());
+            self.at = None;
         }
+        Some(name)
     }
 }
 
@@ -401,6 +436,310 @@ fn flush(out: &mut String, group: Option<Group>) {
         out.push(']');
     }
     out.push_str(suffix);
+}
+
+/// A hostlist as parsed: its name patterns (brackets and text), the names made only on
+/// demand. Same syntax, bounds and errors as [`expand_bounded`]; what it gives is what
+/// `expand` gives. Topology files name whole clusters (16k nodes in 900 blocks): the
+/// placement check finds the step's few nodes in it ([`Index`]) without making the rest.
+#[derive(Clone, Default)]
+pub struct Hostlist {
+    patterns: Vec<Pattern>,
+    /// Names in all, repeats counted.
+    len: usize,
+}
+
+#[derive(Clone)]
+struct Pattern {
+    /// Text before each bracket, and its ranges; none for one plain name.
+    brackets: Vec<(String, Vec<ranges::Range>)>,
+    /// The text after the last bracket (the whole name when there are none).
+    tail: String,
+}
+
+impl Hostlist {
+    /// [`expand_bounded`]'s reading, kept as patterns.
+    pub fn parse_bounded(text: &str, max_names: u64) -> Result<Hostlist, HostlistError> {
+        let mut patterns = Vec::new();
+        let (mut count, mut bytes) = (0u64, 0u128);
+        for item in split_top(text)? {
+            if item.is_empty() {
+                continue;
+            }
+            let (brackets, tail, n) = parse_item(item, max_names)?;
+            count = count.saturating_add(n);
+            if count > max_names {
+                return Err(HostlistError::TooMany(max_names));
+            }
+            bytes += pattern_bytes(&brackets, tail, n);
+            if bytes > MAX_BYTES as u128 {
+                return Err(HostlistError::TooLong);
+            }
+            patterns.push(Pattern {
+                brackets: brackets
+                    .into_iter()
+                    .map(|(prefix, parts)| (prefix.to_string(), parts))
+                    .collect(),
+                tail: tail.to_string(),
+            });
+        }
+        if patterns.is_empty() {
+            return Err(HostlistError::Empty);
+        }
+        Ok(Hostlist {
+            patterns,
+            // At most max_names (a u64 bound the caller could only reach in memory).
+            len: usize::try_from(count).unwrap_or(usize::MAX),
+        })
+    }
+
+    /// The names, in [`expand`]'s order; a plain name is borrowed.
+    pub fn names(&self) -> impl Iterator<Item = Cow<'_, str>> {
+        self.patterns.iter().flat_map(|p| {
+            let plain = p
+                .brackets
+                .is_empty()
+                .then_some(Cow::Borrowed(p.tail.as_str()));
+            let made = (!p.brackets.is_empty())
+                .then(|| Odometer::new(&p.brackets, &p.tail).map(Cow::Owned));
+            plain.into_iter().chain(made.into_iter().flatten())
+        })
+    }
+
+    pub fn to_vec(&self) -> Vec<String> {
+        self.names().map(Cow::into_owned).collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Add one name, as written (not read as a pattern).
+    pub fn push(&mut self, name: String) {
+        self.patterns.push(Pattern {
+            brackets: Vec::new(),
+            tail: name,
+        });
+        self.len += 1;
+    }
+
+    /// Add `other`'s names after these.
+    pub fn append(&mut self, other: Hostlist) {
+        self.patterns.extend(other.patterns);
+        self.len = self.len.saturating_add(other.len);
+    }
+}
+
+/// Bytes of the `count` names of one pattern (what [`expand_bounded`] counts against
+/// [`MAX_BYTES`]), without making them: each bracket's digits are written once for
+/// every combination of the other brackets.
+fn pattern_bytes(brackets: &Brackets, tail: &str, count: u64) -> u128 {
+    let fixed = brackets.iter().map(|(p, _)| p.len()).sum::<usize>() + tail.len();
+    let mut total = u128::from(count) * fixed as u128;
+    for (_, parts) in brackets {
+        let values: u64 = parts.iter().map(ranges::Range::len).sum();
+        let digits: u128 = parts
+            .iter()
+            .flat_map(|r| bands(*r))
+            .map(|(lo, hi, len)| u128::from(hi - lo + 1) * len as u128)
+            .sum();
+        total += digits * u128::from(count / values.max(1));
+    }
+    total
+}
+
+/// A range cut where the written length changes: (lo, hi, digits), each value in lo..=hi
+/// written zero-padded to the range's width with exactly `digits` digits.
+fn bands(r: ranges::Range) -> impl Iterator<Item = (u32, u32, usize)> {
+    let mut next = Some(r.lo);
+    std::iter::from_fn(move || {
+        let lo = next?;
+        let len = written_as(lo, r.width);
+        // The largest value of `len` digits (all of u32's past ten).
+        let top = u32::try_from(len)
+            .ok()
+            .and_then(|l| 10u64.checked_pow(l))
+            .map_or(u64::MAX, |p| p - 1);
+        let hi = u32::try_from(u64::from(r.hi).min(top)).unwrap_or(r.hi);
+        next = (hi < r.hi).then(|| hi + 1);
+        Some((lo, hi, len))
+    })
+}
+
+impl From<Vec<String>> for Hostlist {
+    /// The names as given, each one plain.
+    fn from(names: Vec<String>) -> Hostlist {
+        let len = names.len();
+        let patterns = names
+            .into_iter()
+            .map(|tail| Pattern {
+                brackets: Vec::new(),
+                tail,
+            })
+            .collect();
+        Hostlist { patterns, len }
+    }
+}
+
+impl FromIterator<String> for Hostlist {
+    fn from_iter<I: IntoIterator<Item = String>>(names: I) -> Hostlist {
+        Hostlist::from(names.into_iter().collect::<Vec<_>>())
+    }
+}
+
+/// Equal when they name the same names in the same order, however written.
+impl PartialEq for Hostlist {
+    fn eq(&self, other: &Hostlist) -> bool {
+        self.len == other.len && self.names().eq(other.names())
+    }
+}
+
+impl Eq for Hostlist {}
+
+impl<S: AsRef<str>> PartialEq<Vec<S>> for Hostlist {
+    fn eq(&self, other: &Vec<S>) -> bool {
+        self.len == other.len() && self.names().zip(other).all(|(a, b)| a == b.as_ref())
+    }
+}
+
+impl std::fmt::Debug for Hostlist {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+/// Which of several hostlists (units: blocks, leaf switches) holds a name, without
+/// making their names: each number run is kept per (text before it, text after it,
+/// digits written) and sorted, so a look-up is one split of the name and a binary
+/// search. Names of patterns that are not one such run (several brackets, digits next
+/// to the bracket) are made and kept whole.
+pub struct Index<'h> {
+    units: Vec<&'h Hostlist>,
+    /// (prefix, suffix, digits) -> its runs in `runs`.
+    keys: HashMap<RunKey<'h>, usize>,
+    runs: Vec<Vec<Run>>,
+    /// Names with no number a run can hold, and the names of other patterns.
+    whole: HashMap<Cow<'h, str>, usize>,
+    repeats: bool,
+}
+
+/// The text before a run's number, the text after it, and the digits it is written with.
+type RunKey<'h> = (&'h str, &'h str, usize);
+
+/// Values lo..=hi of one group, in `unit`.
+#[derive(Clone, Copy)]
+struct Run {
+    lo: u32,
+    hi: u32,
+    unit: usize,
+}
+
+impl<'h> Index<'h> {
+    pub fn new(units: impl IntoIterator<Item = &'h Hostlist>) -> Index<'h> {
+        let mut index = Index {
+            units: units.into_iter().collect(),
+            keys: HashMap::default(),
+            runs: Vec::new(),
+            whole: HashMap::default(),
+            repeats: false,
+        };
+        // Lists come grouped: the group of the last run is tried before the map.
+        let mut last: Option<(RunKey, usize)> = None;
+        let units = index.units.clone();
+        for (unit, list) in units.into_iter().enumerate() {
+            for p in &list.patterns {
+                match &p.brackets[..] {
+                    [] => {
+                        let numbered = last_number(&p.tail).and_then(|(prefix, digits, suffix)| {
+                            Some(((prefix, suffix, digits.len()), digits.parse::<u32>().ok()?))
+                        });
+                        match numbered {
+                            Some((key, v)) => {
+                                index.add_run(&mut last, key, Run { lo: v, hi: v, unit });
+                            }
+                            None => index.add_whole(Cow::Borrowed(p.tail.as_str()), unit),
+                        }
+                    }
+                    [(prefix, parts)]
+                        if !prefix.ends_with(|c: char| c.is_ascii_digit())
+                            && !p.tail.bytes().any(|b| b.is_ascii_digit()) =>
+                    {
+                        for (lo, hi, len) in parts.iter().flat_map(|r| bands(*r)) {
+                            let key = (prefix.as_str(), p.tail.as_str(), len);
+                            index.add_run(&mut last, key, Run { lo, hi, unit });
+                        }
+                    }
+                    _ => {
+                        for name in Odometer::new(&p.brackets, &p.tail) {
+                            index.add_whole(Cow::Owned(name), unit);
+                        }
+                    }
+                }
+            }
+        }
+        for group in &mut index.runs {
+            group.sort_unstable_by_key(|r| r.lo);
+            let mut top: Option<u32> = None;
+            for r in group.iter() {
+                if top.is_some_and(|t| r.lo <= t) {
+                    index.repeats = true;
+                }
+                top = Some(top.map_or(r.hi, |t| t.max(r.hi)));
+            }
+        }
+        if !index.repeats {
+            index.repeats = index.whole.keys().any(|n| index.in_runs(n).is_some());
+        }
+        index
+    }
+
+    /// Add a run to its group, merged with the group's last run where it continues it.
+    fn add_run(&mut self, last: &mut Option<(RunKey<'h>, usize)>, key: RunKey<'h>, run: Run) {
+        let at = match *last {
+            Some((k, at)) if k == key => at,
+            _ => *self.keys.entry(key).or_insert_with(|| {
+                self.runs.push(Vec::new());
+                self.runs.len() - 1
+            }),
+        };
+        *last = Some((key, at));
+        let group = &mut self.runs[at];
+        match group.last_mut() {
+            Some(l) if l.unit == run.unit && l.hi.checked_add(1) == Some(run.lo) => l.hi = run.hi,
+            _ => group.push(run),
+        }
+    }
+
+    fn add_whole(&mut self, name: Cow<'h, str>, unit: usize) {
+        if self.whole.insert(name, unit).is_some() {
+            self.repeats = true;
+        }
+    }
+
+    /// Whether some name is in two units, or twice in one.
+    pub fn has_repeats(&self) -> bool {
+        self.repeats
+    }
+
+    /// The unit holding `name` (the first one, when names repeat).
+    pub fn find(&self, name: &str) -> Option<usize> {
+        if self.repeats {
+            return self.units.iter().position(|u| u.names().any(|n| n == name));
+        }
+        self.in_runs(name).or_else(|| self.whole.get(name).copied())
+    }
+
+    fn in_runs(&self, name: &str) -> Option<usize> {
+        let (prefix, digits, suffix) = last_number(name)?;
+        let v: u32 = digits.parse().ok()?;
+        let runs = &self.runs[*self.keys.get(&(prefix, suffix, digits.len()))?];
+        let at = runs.partition_point(|r| r.hi < v);
+        runs.get(at).filter(|r| r.lo <= v).map(|r| r.unit)
+    }
 }
 
 /// Whether `name` is one of the hostlist's names.
@@ -701,6 +1040,107 @@ mod tests {
             want.dedup();
             assert_eq!(sorted_set(&names), want, "{names:?}");
         }
+    }
+
+    /// Property: a [`Hostlist`] gives what `expand` gives (names, count, the same error),
+    /// and its [`Index`] finds what a search of the lists in order finds, repeats
+    /// included, over generated lists: several brackets, digits next to brackets,
+    /// padding that changes the width, plain names, repeats inside and across lists.
+    #[test]
+    fn hostlists_and_their_index_agree_with_expand() {
+        let mut next = generator(0x51_7cc1_b727_220a);
+        let prefixes = ["n", "gpu-", "r1n", "", "a9", "x"];
+        let tails = ["", "-ib", "x3", "0"];
+        let item = |next: &mut dyn FnMut(u64) -> u64| -> String {
+            let p = prefixes[next(6) as usize];
+            let t = tails[next(4) as usize];
+            let lo = next(30);
+            let w = next(4) as usize;
+            let range = |next: &mut dyn FnMut(u64) -> u64| match next(3) {
+                0 => format!("{lo:0w$}"),
+                _ => format!("{lo:0w$}-{}", lo + next(12)),
+            };
+            match next(6) {
+                0 => format!("{p}{lo:0w$}{t}"),
+                1 => format!("{p}host{t}"),
+                2 => format!("{p}[{},{}]{t}", range(next), range(next)),
+                3 => format!("{p}[{}]a[{}]{t}", range(next), range(next)),
+                _ => format!("{p}[{}]{t}", range(next)),
+            }
+        };
+        let mut kinds = [0; 2];
+        for round in 0..1500 {
+            let lists: Vec<String> = (0..1 + next(4))
+                .map(|_| {
+                    let items: Vec<String> = (0..1 + next(3)).map(|_| item(&mut next)).collect();
+                    items.join(",")
+                })
+                .collect();
+            let mut parsed = Vec::new();
+            for text in &lists {
+                let bound = if round % 7 == 0 { 20 } else { MAX_NAMES };
+                let want = expand_bounded(text, bound);
+                let got = Hostlist::parse_bounded(text, bound);
+                match (&want, &got) {
+                    (Ok(names), Ok(h)) => {
+                        assert_eq!(h.to_vec(), *names, "{text}");
+                        assert_eq!(h.len(), names.len(), "{text}");
+                        assert_eq!(h, names, "{text}");
+                        parsed.push(h.clone());
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a, b, "{text}"),
+                    _ => panic!("{text}: expand {want:?}, hostlist {got:?}"),
+                }
+            }
+            let index = Index::new(&parsed);
+            let all: Vec<Vec<String>> = parsed.iter().map(Hostlist::to_vec).collect();
+            let mut seen = std::collections::HashSet::new();
+            let repeats = all.iter().flatten().any(|n| !seen.insert(n));
+            assert_eq!(index.has_repeats(), repeats, "{lists:?}");
+            kinds[usize::from(repeats)] += 1;
+            let mut first = std::collections::HashMap::new();
+            for (unit, names) in all.iter().enumerate() {
+                for n in names {
+                    first.entry(n.as_str()).or_insert(unit);
+                }
+            }
+            let names: Vec<&String> = all.iter().flatten().collect();
+            let mut probes: Vec<String> = (0..60)
+                .filter_map(|_| names.get(next(names.len() as u64 + 1) as usize))
+                .flat_map(|n| [n.to_string(), format!("{n}0"), format!("0{n}")])
+                .collect();
+            probes.extend(
+                ["n5", "n05", "gpu-7", "host", "nhost", "x", "n4294967296"].map(String::from),
+            );
+            for name in &probes {
+                assert_eq!(
+                    index.find(name),
+                    first.get(name.as_str()).copied(),
+                    "{name} in {lists:?}"
+                );
+            }
+        }
+        assert!(kinds.iter().all(|&k| k > 200), "{kinds:?}");
+    }
+
+    #[test]
+    fn bands_cut_where_the_written_length_changes() {
+        let r = |lo, hi, width| ranges::Range { lo, hi, width };
+        assert_eq!(
+            bands(r(8, 120, 1)).collect::<Vec<_>>(),
+            [(8, 9, 1), (10, 99, 2), (100, 120, 3)]
+        );
+        assert_eq!(bands(r(8, 120, 3)).collect::<Vec<_>>(), [(8, 120, 3)]);
+        assert_eq!(
+            bands(r(0, u32::MAX, 12)).collect::<Vec<_>>(),
+            [(0, u32::MAX, 12)]
+        );
+        assert_eq!(
+            bands(r(999_999_999, u32::MAX, 1)).collect::<Vec<_>>(),
+            [(999_999_999, 999_999_999, 9), (1_000_000_000, u32::MAX, 10)]
+        );
+        let h = Hostlist::parse_bounded(&format!("n[0-65535]{}", "t".repeat(300)), MAX_NAMES);
+        assert_eq!(h.map(|h| h.len()), Err(HostlistError::TooLong));
     }
 
     /// Found while writing the `hostlist` fuzz target's bounded-output property: the

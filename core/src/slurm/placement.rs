@@ -851,7 +851,10 @@ pub fn blocks_of(
     for (key, _, nodes) in units {
         let n = format!("b{}", blocks.len() + 1);
         comment(&mut notes, &n, key);
-        blocks.push(Block { name: n, nodes });
+        blocks.push(Block {
+            name: n,
+            nodes: nodes.into(),
+        });
     }
     let placed = blocks.len();
     if !placement.unplaced.is_empty() {

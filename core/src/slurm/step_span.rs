@@ -136,22 +136,22 @@ pub fn span_within(t: &Topology, nodes: &[String], switch_level: u32) -> Span {
 
 /// The unit in `t` of each `wanted` node it names (a block, or the tree switch of
 /// [`span_within`]'s `switch_level`); `None` for a flat topology. A node in two units is
-/// one slurmctld rejects; the first one counts. Only the step's few nodes are kept: a
-/// map of all 16k nodes was a tenth of the placement check (docs/measurements.md).
-fn node_units<'t>(
+/// one slurmctld rejects; the first one counts. Only the step's few nodes are looked up
+/// ([`hostlist::Index`]): making all 16k names was a third of the placement check
+/// (docs/measurements.md).
+fn node_units<'t, 'n>(
     t: &'t Topology,
     switch_level: u32,
-    wanted: &HashSet<&str>,
-) -> Option<(Unit, HashMap<&'t str, &'t str>)> {
+    wanted: &HashSet<&'n str>,
+) -> Option<(Unit, HashMap<&'n str, &'t str>)> {
     match &t.kind {
         Kind::Flat => None,
         Kind::Block(b) => {
-            let mut of_node = HashMap::default();
-            for b in &b.blocks {
-                for n in b.nodes.iter().filter(|n| wanted.contains(n.as_str())) {
-                    of_node.entry(n.as_str()).or_insert(b.name.as_str());
-                }
-            }
+            let index = hostlist::Index::new(b.blocks.iter().map(|b| &b.nodes));
+            let of_node = wanted
+                .iter()
+                .filter_map(|&n| Some((n, b.blocks[index.find(n)?].name.as_str())))
+                .collect();
             Some((Unit::Block, of_node))
         }
         Kind::Tree(switches) => {
@@ -166,11 +166,11 @@ fn node_units<'t>(
 
 /// Each node's unit in a tree: its leaf switch, raised to the parent while the parent's
 /// level is at most `max_level`.
-fn tree_units<'t>(
+fn tree_units<'t, 'n>(
     switches: &'t [Switch],
     max_level: u32,
-    wanted: &HashSet<&str>,
-) -> HashMap<&'t str, &'t str> {
+    wanted: &HashSet<&'n str>,
+) -> HashMap<&'n str, &'t str> {
     let by_name: HashMap<&str, &Switch> = switches.iter().map(|s| (s.name.as_str(), s)).collect();
     let mut parent: HashMap<&str, &str> = HashMap::default();
     for s in switches {
@@ -184,27 +184,26 @@ fn tree_units<'t>(
     } else {
         switch_levels(switches, &by_name, &parent)
     };
+    let index = hostlist::Index::new(switches.iter().map(|s| &s.nodes));
+    // The unit of each leaf met, raised once.
+    let mut raised: HashMap<usize, &str> = HashMap::default();
     let mut of_node = HashMap::default();
-    for s in switches.iter().filter(|s| !s.nodes.is_empty()) {
-        let mut here = s
-            .nodes
-            .iter()
-            .filter(|n| wanted.contains(n.as_str()))
-            .peekable();
-        if here.peek().is_none() {
+    for &n in wanted {
+        let Some(leaf) = index.find(n) else {
             continue;
-        }
-        let mut unit = s.name.as_str();
-        // Bounded by the switch count: a cycle (which validate refuses) cannot loop.
-        for _ in 0..switches.len() {
-            match parent.get(unit) {
-                Some(p) if levels.get(p).is_some_and(|l| *l <= max_level) => unit = p,
-                _ => break,
+        };
+        let unit = *raised.entry(leaf).or_insert_with(|| {
+            let mut unit = switches[leaf].name.as_str();
+            // Bounded by the switch count: a cycle (which validate refuses) cannot loop.
+            for _ in 0..switches.len() {
+                match parent.get(unit) {
+                    Some(p) if levels.get(p).is_some_and(|l| *l <= max_level) => unit = p,
+                    _ => break,
+                }
             }
-        }
-        for n in here {
-            of_node.entry(n.as_str()).or_insert(unit);
-        }
+            unit
+        });
+        of_node.insert(n, unit);
     }
     of_node
 }

@@ -6,8 +6,10 @@
 //!   `tree` (`switches: [{switch, children, nodes}]`), `block` (`block_sizes`, `blocks:
 //!   [{block, nodes}]`) or `flat: true`, one of them `cluster_default`.
 //!
-//! Node and switch lists are hostlists; the model holds them expanded (bounded by
-//! [`MAX_NODES`]) and the writers compress them again ([`hostlist::compress_sorted`]).
+//! Node and switch lists are hostlists (bounded by [`MAX_NODES`]). Nodes are held as
+//! parsed ([`Hostlist`], expanded only on demand: the placement check finds a step's few
+//! nodes among 16k without making the others), child switches expanded; the writers
+//! compress them again ([`hostlist::compress_sorted`]).
 //! Every parsed or written topology passes [`validate`], the checks slurmctld would
 //! otherwise make fatal at start-up (26.05 exits on a bad topology.yaml entry).
 
@@ -15,7 +17,9 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use super::hostlist::{self, HostlistError};
+use std::borrow::Cow;
+
+use super::hostlist::{self, Hostlist, HostlistError};
 use crate::text::printable;
 
 /// Most nodes (or switches) one list may name: larger than any cloud cluster today, small
@@ -45,8 +49,8 @@ pub struct Switch {
     pub name: String,
     /// Child switches (`Switches=` / `children:`), expanded.
     pub children: Vec<String>,
-    /// Nodes of a leaf switch, expanded.
-    pub nodes: Vec<String>,
+    /// Nodes of a leaf switch.
+    pub nodes: Hostlist,
     /// topology.conf's optional `LinkSpeed=` (topology.yaml has none).
     pub link_speed: Option<u64>,
 }
@@ -61,7 +65,7 @@ pub struct Blocks {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
     pub name: String,
-    pub nodes: Vec<String>,
+    pub nodes: Hostlist,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -85,6 +89,10 @@ fn invalid(t: &Topology, message: String) -> TopologyError {
 
 fn expand(text: &str) -> Result<Vec<String>, HostlistError> {
     hostlist::expand_bounded(text, MAX_NODES)
+}
+
+fn parse_nodes(text: &str) -> Result<Hostlist, HostlistError> {
+    Hostlist::parse_bounded(text, MAX_NODES)
 }
 
 /// Parse topology.conf (either form; mixing them is an error, as Slurm loads one plugin).
@@ -126,6 +134,12 @@ pub fn parse_conf(text: &str) -> Result<Topology, TopologyError> {
                 None => Ok(Vec::new()),
             }
         };
+        let nodes = || -> Result<Hostlist, TopologyError> {
+            match get("nodes") {
+                Some(v) => parse_nodes(v).map_err(|e| err(format!("nodes: {e}"))),
+                None => Ok(Hostlist::default()),
+            }
+        };
         match first {
             "switchname" => {
                 let link_speed = get("linkspeed")
@@ -135,7 +149,7 @@ pub fn parse_conf(text: &str) -> Result<Topology, TopologyError> {
                 switches.push(Switch {
                     name: fields[0].1.to_string(),
                     children: list("switches")?,
-                    nodes: list("nodes")?,
+                    nodes: nodes()?,
                     link_speed,
                 });
             }
@@ -143,7 +157,7 @@ pub fn parse_conf(text: &str) -> Result<Topology, TopologyError> {
                 saw_block = true;
                 blocks.blocks.push(Block {
                     name: fields[0].1.to_string(),
-                    nodes: list("nodes")?,
+                    nodes: nodes()?,
                 });
             }
             _ => {
@@ -193,6 +207,10 @@ pub fn write_conf_in(
     let list = |names: &[String]| {
         hostlist::compress_sorted_for(names, form).map_err(|e| invalid(t, e.to_string()))
     };
+    let nodes = |names: &Hostlist| {
+        let names: Vec<Cow<str>> = names.names().collect();
+        hostlist::compress_sorted_for(&names, form).map_err(|e| invalid(t, e.to_string()))
+    };
     match &t.kind {
         Kind::Tree(switches) => {
             for s in switches {
@@ -201,7 +219,7 @@ pub fn write_conf_in(
                     out.push_str(&format!(" Switches={}", list(&s.children)?));
                 }
                 if !s.nodes.is_empty() {
-                    out.push_str(&format!(" Nodes={}", list(&s.nodes)?));
+                    out.push_str(&format!(" Nodes={}", nodes(&s.nodes)?));
                 }
                 if let Some(speed) = s.link_speed {
                     out.push_str(&format!(" LinkSpeed={speed}"));
@@ -214,7 +232,7 @@ pub fn write_conf_in(
                 out.push_str(&format!(
                     "BlockName={} Nodes={}\n",
                     block.name,
-                    list(&block.nodes)?
+                    nodes(&block.nodes)?
                 ));
             }
             if !b.sizes.is_empty() {
@@ -317,12 +335,16 @@ impl<'de> Deserialize<'de> for NameList {
 
 impl NameList {
     fn expand(&self) -> Result<Vec<String>, HostlistError> {
+        Ok(self.parse()?.to_vec())
+    }
+
+    fn parse(&self) -> Result<Hostlist, HostlistError> {
         match self {
-            NameList::One(s) => expand(s),
+            NameList::One(s) => parse_nodes(s),
             NameList::Many(v) => {
-                let mut out = Vec::new();
+                let mut out = Hostlist::default();
                 for s in v {
-                    out.extend(expand(s)?);
+                    out.append(parse_nodes(s)?);
                     if out.len() as u64 > MAX_NODES {
                         return Err(HostlistError::TooMany(MAX_NODES));
                     }
@@ -335,8 +357,8 @@ impl NameList {
 
 /// Parse topology.yaml: its topologies in file order.
 pub fn parse_yaml(text: &str) -> Result<Vec<Topology>, TopologyError> {
-    let raw: Vec<YamlTopology> =
-        serde_yaml_ng::from_str(text).map_err(|e| TopologyError::Yaml(e.to_string()))?;
+    let raw: Vec<YamlTopology> = serde_yaml_ng::from_str(&without_leading_comments(text))
+        .map_err(|e| TopologyError::Yaml(e.to_string()))?;
     let mut out = Vec::new();
     for y in raw {
         let bad = |message: String| TopologyError::Invalid {
@@ -346,6 +368,10 @@ pub fn parse_yaml(text: &str) -> Result<Vec<Topology>, TopologyError> {
         let list = |what: &str, name: &str, l: &Option<NameList>| match l {
             Some(l) => l.expand().map_err(|e| bad(format!("{what} {name}: {e}"))),
             None => Ok(Vec::new()),
+        };
+        let nodes = |what: &str, name: &str, l: &Option<NameList>| match l {
+            Some(l) => l.parse().map_err(|e| bad(format!("{what} {name}: {e}"))),
+            None => Ok(Hostlist::default()),
         };
         let kinds = [y.tree.is_some(), y.block.is_some(), y.flat == Some(true)];
         let kind = match (&y.tree, &y.block) {
@@ -359,7 +385,7 @@ pub fn parse_yaml(text: &str) -> Result<Vec<Topology>, TopologyError> {
                         Ok(Switch {
                             name: s.switch.clone(),
                             children: list("switch", &s.switch, &s.children)?,
-                            nodes: list("switch", &s.switch, &s.nodes)?,
+                            nodes: nodes("switch", &s.switch, &s.nodes)?,
                             link_speed: None,
                         })
                     })
@@ -373,7 +399,7 @@ pub fn parse_yaml(text: &str) -> Result<Vec<Topology>, TopologyError> {
                     .map(|b| {
                         Ok(Block {
                             name: b.block.clone(),
-                            nodes: list("block", &b.block, &b.nodes)?,
+                            nodes: nodes("block", &b.block, &b.nodes)?,
                         })
                     })
                     .collect::<Result<_, TopologyError>>()?,
@@ -390,6 +416,37 @@ pub fn parse_yaml(text: &str) -> Result<Vec<Topology>, TopologyError> {
     }
     check_names(&out)?;
     Ok(out)
+}
+
+/// `text` with the comment lines before its first other line made empty (the line
+/// breaks kept, so an error's line and column stay the file's). libyaml reads a comment
+/// a character at a time: the header `conf topology` writes (a line per unit naming its
+/// vendor id, 1,883 lines on 16k nodes) was a tenth of the placement check's parse.
+/// Only lines of printable ASCII and tabs count: any other character (a BOM, a line
+/// break YAML 1.1 reads inside a line such as CR or U+2028) ends the skip.
+fn without_leading_comments(text: &str) -> Cow<'_, str> {
+    let mut skipped = 0;
+    let mut lines = 0;
+    for line in text.split_inclusive('\n') {
+        let body = line.strip_suffix('\n').unwrap_or(line);
+        let body = body.strip_suffix('\r').unwrap_or(body);
+        let plain = body
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+        let rest = body.trim_start_matches([' ', '\t']);
+        if !line.ends_with('\n') || !plain || !(rest.is_empty() || rest.starts_with('#')) {
+            break;
+        }
+        skipped += line.len();
+        lines += 1;
+    }
+    if skipped == 0 {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(lines + text.len() - skipped);
+    out.extend(std::iter::repeat_n('\n', lines));
+    out.push_str(&text[skipped..]);
+    Cow::Owned(out)
 }
 
 /// Write topologies as topology.yaml after `header` (comment lines). LinkSpeed has no
@@ -416,6 +473,15 @@ pub fn write_yaml_in(
                 .map(|s| Some(NameList::One(s)))
                 .map_err(|e| invalid(t, e.to_string()))
         };
+        let nodes = |names: &Hostlist| -> Result<Option<NameList>, TopologyError> {
+            if names.is_empty() {
+                return Ok(None);
+            }
+            let names: Vec<Cow<str>> = names.names().collect();
+            hostlist::compress_sorted_for(&names, form)
+                .map(|s| Some(NameList::One(s)))
+                .map_err(|e| invalid(t, e.to_string()))
+        };
         let mut y = YamlTopology {
             topology: t.name.clone(),
             cluster_default: t.cluster_default,
@@ -432,7 +498,7 @@ pub fn write_yaml_in(
                             Ok(YamlSwitch {
                                 switch: s.name.clone(),
                                 children: list(&s.children)?,
-                                nodes: list(&s.nodes)?,
+                                nodes: nodes(&s.nodes)?,
                             })
                         })
                         .collect::<Result<_, TopologyError>>()?,
@@ -447,7 +513,7 @@ pub fn write_yaml_in(
                         .map(|b| {
                             Ok(YamlBlock {
                                 block: b.name.clone(),
-                                nodes: list(&b.nodes)?,
+                                nodes: nodes(&b.nodes)?,
                             })
                         })
                         .collect::<Result<_, TopologyError>>()?,
@@ -523,7 +589,6 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
                 return Err(invalid(t, "no blocks".into()));
             }
             let mut names = HashSet::default();
-            let mut owner: HashMap<&str, &str> = HashMap::default();
             for block in &b.blocks {
                 check_name(t, "block", &block.name)?;
                 if !names.insert(block.name.as_str()) {
@@ -532,14 +597,13 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
                 if block.nodes.is_empty() {
                     return Err(invalid(t, format!("block {} has no nodes", block.name)));
                 }
-                for n in &block.nodes {
-                    if let Some(other) = owner.insert(n, &block.name) {
-                        return Err(invalid(
-                            t,
-                            format!("node {n} is in blocks {other} and {}", block.name),
-                        ));
-                    }
-                }
+            }
+            let units = b.blocks.iter().map(|b| (b.name.as_str(), &b.nodes));
+            if let Some((n, other, this)) = repeated_node(units) {
+                return Err(invalid(
+                    t,
+                    format!("node {n} is in blocks {other} and {this}"),
+                ));
             }
             check_block_sizes(t, &b.sizes)?;
             // 24.05 and 24.11 exit on a block below the base (block_record.c
@@ -580,7 +644,6 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
                 }
             }
             let mut parent: HashMap<&str, &str> = HashMap::default();
-            let mut owner: HashMap<&str, &str> = HashMap::default();
             for s in switches {
                 for c in &s.children {
                     if !index.contains_key(c.as_str()) {
@@ -596,14 +659,13 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
                         ));
                     }
                 }
-                for n in &s.nodes {
-                    if let Some(other) = owner.insert(n, &s.name) {
-                        return Err(invalid(
-                            t,
-                            format!("node {n} is on switches {other} and {}", s.name),
-                        ));
-                    }
-                }
+            }
+            let leaves = switches.iter().map(|s| (s.name.as_str(), &s.nodes));
+            if let Some((n, other, this)) = repeated_node(leaves) {
+                return Err(invalid(
+                    t,
+                    format!("node {n} is on switches {other} and {this}"),
+                ));
             }
             // One parent each: walking down from the parentless switches reaches every
             // switch exactly when there is no cycle.
@@ -626,6 +688,26 @@ pub fn validate(t: &Topology) -> Result<(), TopologyError> {
             Ok(())
         }
     }
+}
+
+/// The first node (in file order) that a unit repeats: (node, its first unit, this
+/// unit). The index finds whether there is one without making the names; only then are
+/// they walked, for the name and units slurmctld's message would give.
+fn repeated_node<'t>(
+    units: impl Iterator<Item = (&'t str, &'t Hostlist)> + Clone,
+) -> Option<(String, &'t str, &'t str)> {
+    if !hostlist::Index::new(units.clone().map(|(_, nodes)| nodes)).has_repeats() {
+        return None;
+    }
+    let mut owner: HashMap<Cow<str>, &str> = HashMap::default();
+    for (unit, nodes) in units {
+        for n in nodes.names() {
+            if let Some(other) = owner.insert(n.clone(), unit) {
+                return Some((n.into_owned(), other, unit));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -743,6 +825,30 @@ mod tests {
         );
         assert!(written.contains("nodes: n[3-5]"), "{written}");
         assert_eq!(parse_yaml(&written).expect("reparses"), ts);
+    }
+
+    /// The header's comments are skipped before libyaml reads the file; an error's line
+    /// and column are still the file's, and a line break YAML reads inside a comment
+    /// line (CR, U+2028) ends the skip, so the text after it is still read.
+    #[test]
+    fn leading_comments_are_skipped_keeping_line_numbers() {
+        let body = "- topology: f\n  flat: true\n";
+        let header = "# one\n\n  # two\t\r\n";
+        let skipped = without_leading_comments(&format!("{header}{body}")).into_owned();
+        assert_eq!(skipped, format!("\n\n\n{body}"));
+        assert_eq!(parse_yaml(&format!("{header}{body}")), parse_yaml(body));
+        let bad = "# c\n# d\n- topology: [\n";
+        let plain = "\n\n- topology: [\n";
+        assert_eq!(parse_yaml(bad), parse_yaml(plain));
+        let e = parse_yaml(bad).expect_err("bad").to_string();
+        assert!(e.contains("line 3") || e.contains("line 4"), "{e}");
+        for hidden in [
+            "# c\r- topology: f\n  flat: true\n",
+            "# c\u{2028}- topology: f\n  flat: true\n",
+        ] {
+            assert_eq!(without_leading_comments(hidden), hidden);
+        }
+        assert_eq!(without_leading_comments("# only"), "# only");
     }
 
     #[test]
