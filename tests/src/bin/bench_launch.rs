@@ -296,6 +296,19 @@ fn measure(cluster: &Cluster, a: &Args, kind: Kind, step: &[String]) -> Result<(
             }
         }
     }
+    // Each round's own ratio against the round's step without the plugin, before the
+    // times are sorted: a paired figure, which a slow drift of the machine's load (the
+    // same for the three steps of a round) leaves out.
+    let paired = |arm: usize| {
+        let mut r: Vec<f64> = times[arm]
+            .iter()
+            .zip(&times[0])
+            .map(|(t, w)| t.as_secs_f64() / w.as_secs_f64())
+            .collect();
+        r.sort_unstable_by(f64::total_cmp);
+        r[r.len() / 2]
+    };
+    let (paired_strict, paired_off) = (paired(1), paired(2));
     let mut medians = [Duration::ZERO; 3];
     for (i, (label, _, _)) in arms.iter().enumerate() {
         medians[i] = median(&mut times[i]);
@@ -316,6 +329,12 @@ fn measure(cluster: &Cluster, a: &Args, kind: Kind, step: &[String]) -> Result<(
         if ratio <= 1.02 { "OK" } else { "ABOVE GOAL" },
         off_ratio,
         (off_ratio - 1.0) * 100.0
+    );
+    println!(
+        "paired: median of the rounds' own ratios strict/without {paired_strict:.4} ({:+.2} %), \
+         off/without {paired_off:.4} ({:+.2} %)",
+        (paired_strict - 1.0) * 100.0,
+        (paired_off - 1.0) * 100.0
     );
     Ok(())
 }
