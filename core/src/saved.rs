@@ -97,15 +97,17 @@ fn listing(dir: &Path) -> Option<String> {
     Some(names.join(","))
 }
 
-/// A small text file's content (cpu/online, boot_id); absent reads as `-`.
+/// A small text file's content (cpu/online, boot_id), through the one non-blocking,
+/// regular-files-only open (a FIFO in a replayed tree never hangs a step); absent reads
+/// as `-`.
 fn small_text(path: &Path) -> Option<String> {
-    use std::io::Read;
-    match std::fs::File::open(path) {
-        Ok(f) => {
-            let mut text = String::new();
-            f.take(4096).read_to_string(&mut text).ok()?;
-            Some(text.trim().to_string())
-        }
+    match crate::trust::open_regular(path) {
+        Ok(f) => Some(
+            crate::trust::read_bounded_text(f, 4096)
+                .ok()?
+                .trim()
+                .to_string(),
+        ),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Some("-".into()),
         Err(_) => None,
     }

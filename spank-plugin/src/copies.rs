@@ -4,7 +4,8 @@
 //! Every step is a new slurmstepd, and on a quiet node its reads of sysfs and the
 //! profiles were most of the plugin's cost per step (docs/measurements.md). A step
 //! first makes the fingerprint (a few reads), then uses the copy saved under the same
-//! fingerprint, or reads afresh and replaces the copy.
+//! fingerprint, or reads afresh and replaces the copy. [`Copies`] walks run_dir once per
+//! step for both copies.
 //!
 //! The copies are root's alone: `run_dir` reached by the checked walk of
 //! [`safe_dir::open`], each copy read only when it is a regular file `owner` owns with
@@ -12,9 +13,10 @@
 //! copy that is missing, unreadable, untrusted or malformed means a fresh read, never
 //! a refused step; a failed read is never saved.
 
-use std::path::Path;
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
 
-use gpu_affinity::safe_dir::{self, Rule};
+use gpu_affinity::safe_dir::{self, Rule, SafeDir};
 use gpu_affinity::saved::{self, MAX_SAVED_BYTES};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,42 +26,69 @@ pub const MACHINE: &str = "machine.json";
 /// The built-in and admin profiles, as [`crate::fabric_env::step_profiles`] loads them.
 pub const PROFILES: &str = "profiles.json";
 
-/// `read()`'s value through the copy `name` in `run_dir`: the copy's when it was saved
-/// under `fingerprint`, else `read()`'s, which then replaces the copy. `fingerprint`
-/// `None` (it could not be made): `read()` alone, nothing saved.
-pub fn through_copy<T: Serialize + DeserializeOwned, E>(
-    run_dir: &Path,
+/// One step's way to its node's copies: `run_dir`, walked on first use and held for
+/// the step's other copies (no I/O until then, so a fake `Os` that never asks costs
+/// nothing). `owner`: who run_dir and the copies must belong to (root).
+pub struct Copies {
+    run_dir: PathBuf,
     owner: u32,
-    name: &str,
-    fingerprint: Option<String>,
-    read: impl FnOnce() -> Result<T, E>,
-) -> Result<T, E> {
-    let Some(fingerprint) = fingerprint else {
-        return read();
-    };
-    let dir = match safe_dir::open(run_dir, "run_dir", Rule::Trusted, owner, Some(0o755)) {
-        Ok(dir) => dir,
-        Err(e) => {
-            log::debug!("gpu-affinity: no copy of {name}: {e}");
+    dir: OnceCell<Option<SafeDir>>,
+}
+
+impl Copies {
+    pub fn new(run_dir: &Path, owner: u32) -> Copies {
+        Copies {
+            run_dir: run_dir.to_path_buf(),
+            owner,
+            dir: OnceCell::new(),
+        }
+    }
+
+    fn dir(&self) -> Option<&SafeDir> {
+        self.dir
+            .get_or_init(|| {
+                safe_dir::open(
+                    &self.run_dir,
+                    "run_dir",
+                    Rule::Trusted,
+                    self.owner,
+                    Some(0o755),
+                )
+                .map_err(|e| log::debug!("gpu-affinity: no copies in run_dir: {e}"))
+                .ok()
+            })
+            .as_ref()
+    }
+
+    /// `read()`'s value through the copy `name`: the copy's when it was saved under
+    /// `fingerprint`, else `read()`'s, which then replaces the copy. `fingerprint`
+    /// `None` (it could not be made) or no usable run_dir: `read()` alone, nothing saved.
+    pub fn through<T: Serialize + DeserializeOwned, E>(
+        &self,
+        name: &str,
+        fingerprint: Option<String>,
+        read: impl FnOnce() -> Result<T, E>,
+    ) -> Result<T, E> {
+        let (Some(fingerprint), Some(dir)) = (fingerprint, self.dir()) else {
             return read();
-        }
-    };
-    match dir.read_private(name, MAX_SAVED_BYTES, owner) {
-        Ok(Some(bytes)) => {
-            if let Some(value) = saved::value_if_current(&bytes, &fingerprint) {
-                return Ok(value);
+        };
+        match dir.read_private(name, MAX_SAVED_BYTES, self.owner) {
+            Ok(Some(bytes)) => {
+                if let Some(value) = saved::value_if_current(&bytes, &fingerprint) {
+                    return Ok(value);
+                }
             }
+            Ok(None) => {}
+            Err(e) => log::debug!("gpu-affinity: {e}"),
         }
-        Ok(None) => {}
-        Err(e) => log::debug!("gpu-affinity: {e}"),
+        let value = read()?;
+        let saved = saved::to_bytes(&fingerprint, &value)
+            .and_then(|bytes| dir.replace(name, &bytes, 0o600));
+        if let Err(e) = saved {
+            log::debug!("gpu-affinity: copy {name} not saved: {e}");
+        }
+        Ok(value)
     }
-    let value = read()?;
-    let saved =
-        saved::to_bytes(&fingerprint, &value).and_then(|bytes| dir.replace(name, &bytes, 0o600));
-    if let Err(e) = saved {
-        log::debug!("gpu-affinity: copy {name} not saved: {e}");
-    }
-    Ok(value)
 }
 
 #[cfg(test)]
@@ -90,8 +119,8 @@ mod tests {
         };
         // One step reading through the copy "n.json" under fingerprint `fp`, where a
         // fresh read would give `v`.
-        let step =
-            |fp: &str, v: u32| through_copy(&run, me(), "n.json", Some(fp.into()), || read(v));
+        let copies = Copies::new(&run, me());
+        let step = |fp: &str, v: u32| copies.through("n.json", Some(fp.into()), || read(v));
         assert_eq!(step("a", 1), Ok(1));
         assert_eq!(step("a", 2), Ok(1));
         assert_eq!(reads.get(), 1, "the second step used the copy");
@@ -116,13 +145,13 @@ mod tests {
         assert!(!std::fs::symlink_metadata(&file).unwrap().is_symlink());
         // A failed read is passed on and never saved; no fingerprint: nothing saved.
         assert_eq!(
-            through_copy(&run, me(), "e.json", Some("b".into()), || Err::<u32, _>(
+            copies.through("e.json", Some("b".into()), || Err::<u32, _>(
                 "bad".to_string()
             )),
             Err("bad".to_string())
         );
         assert!(!run.join("e.json").exists());
-        assert_eq!(through_copy(&run, me(), "f.json", None, || read(9)), Ok(9));
+        assert_eq!(copies.through("f.json", None, || read(9)), Ok(9));
         assert!(!run.join("f.json").exists());
     }
 }

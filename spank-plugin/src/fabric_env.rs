@@ -19,6 +19,7 @@ use gpu_affinity::fabric::{self, Detection, Env, StepInputs};
 use gpu_affinity::model::Machine;
 use gpu_affinity::solver::Plan;
 
+use crate::copies::Copies;
 use crate::run_dir::TOPOLOGY_FILE;
 use crate::settings::Settings;
 use crate::step_data::{GeneratedTopology, StepFabric, VendorTopology};
@@ -46,13 +47,13 @@ pub fn load_profiles(dir: &Path, owner: u32) -> Result<Profiles, String> {
     profiles::load_trusted(dir, owner).map_err(|e| e.to_string())
 }
 
-/// [`load_profiles`] through the node's copy in `run_dir` (`copies.rs`): the copy while
-/// `dir` is as it was when the copy was saved (every entry's owner, mode, size and
-/// times), else loaded afresh, so an edit is read and a file made untrusted is refused
-/// by the next step. An error is never saved.
-pub fn step_profiles(dir: &Path, owner: u32, run_dir: &Path) -> Result<Profiles, String> {
+/// [`load_profiles`] through the node's copy (`copies.rs`): the copy while `dir` is as it
+/// was when the copy was saved (every entry's owner, mode, size and times), else loaded
+/// afresh, so an edit is read and a file made untrusted is refused by the next step. An
+/// error is never saved.
+pub fn step_profiles(dir: &Path, owner: u32, copies: &Copies) -> Result<Profiles, String> {
     let fingerprint = gpu_affinity::saved::dir_fingerprint(dir);
-    crate::copies::through_copy(run_dir, owner, crate::copies::PROFILES, fingerprint, || {
+    copies.through(crate::copies::PROFILES, fingerprint, || {
         load_profiles(dir, owner)
     })
 }
@@ -155,32 +156,39 @@ mod tests {
         let file = dir.join("site.toml");
         std::fs::write(&file, PROFILE).unwrap();
         let fresh = load_profiles(&dir, me).unwrap();
-        assert!(fresh.get("site").is_some());
-        assert_eq!(step_profiles(&dir, me, &run).unwrap(), fresh);
-        assert!(run.join(crate::copies::PROFILES).is_file());
-        assert_eq!(
-            step_profiles(&dir, me, &run).unwrap(),
-            fresh,
-            "from the copy"
-        );
+        // Each step has its own way to the copies, as slurmstepd does.
+        let step = || step_profiles(&dir, me, &Copies::new(&run, me));
+        assert_eq!(step().unwrap(), fresh);
+        let copy = run.join(crate::copies::PROFILES);
+        assert!(copy.is_file());
+        // The next step is served the copy: one written behind the fingerprint's back
+        // (the built-ins alone) shows it, so a re-read could not pass for it.
+        let fingerprint = gpu_affinity::saved::dir_fingerprint(&dir).unwrap();
+        let planted = Profiles::builtin();
+        std::fs::write(
+            &copy,
+            gpu_affinity::saved::to_bytes(&fingerprint, &planted).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(step().unwrap(), planted, "from the copy");
 
         // An edit is read by the next step.
-        std::fs::write(&file, PROFILE.replace("INFO", "WARN")).unwrap();
-        let edited = step_profiles(&dir, me, &run).unwrap();
+        std::fs::write(&file, PROFILE.replace("INFO", "TRACE")).unwrap();
+        let edited = step().unwrap();
         assert_ne!(edited, fresh);
         assert_eq!(edited, load_profiles(&dir, me).unwrap());
 
         // Made writable by others: refused, by this step and the next (never saved).
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let refused = step_profiles(&dir, me, &run).unwrap_err();
+        let refused = step().unwrap_err();
         assert!(refused.contains("site.toml"), "{refused}");
-        assert_eq!(step_profiles(&dir, me, &run).unwrap_err(), refused);
+        assert_eq!(step().unwrap_err(), refused);
 
         // A parse error names the file and the line, and is not saved either.
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::write(&file, "description = \n").unwrap();
-        let bad = step_profiles(&dir, me, &run).unwrap_err();
+        let bad = step().unwrap_err();
         assert!(bad.contains("site.toml:1"), "{bad}");
-        assert_eq!(step_profiles(&dir, me, &run).unwrap_err(), bad);
+        assert_eq!(step().unwrap_err(), bad);
     }
 }

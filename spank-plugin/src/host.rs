@@ -16,6 +16,8 @@ use gpu_affinity::slurm::slurm_conf::SlurmConf;
 use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 
+use crate::copies::Copies;
+
 /// Where the plugin was loaded (spank_context()).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Context {
@@ -113,18 +115,13 @@ pub trait Os {
     /// The node's topology as seen under `root` (normally `/`), read to `detail`.
     fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String>;
     /// The step's machine: [`Detail::Placement`] under `root`. The live node's may come
-    /// from its copy in `run_dir` (`copies.rs`); fakes read afresh.
-    fn read_step_machine(
-        &self,
-        root: &Path,
-        _run_dir: &Path,
-        _owner: u32,
-    ) -> Result<Machine, String> {
+    /// from its copy (`copies.rs`); fakes read afresh.
+    fn read_step_machine(&self, root: &Path, _copies: &Copies) -> Result<Machine, String> {
         self.read_machine(root, Detail::Placement)
     }
     /// The step's profiles: the built-in ones plus `dir`'s, trust-checked for `owner`.
-    /// The live node's may come from its copy in `run_dir`; fakes read afresh.
-    fn step_profiles(&self, dir: &Path, owner: u32, _run_dir: &Path) -> Result<Profiles, String> {
+    /// The live node's may come from its copy; fakes read afresh.
+    fn step_profiles(&self, dir: &Path, owner: u32, _copies: &Copies) -> Result<Profiles, String> {
         crate::fabric_env::load_profiles(dir, owner)
     }
     /// Add the PCIe link attributes a [`Detail::Placement`] read left out.

@@ -20,6 +20,7 @@ use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gpu_ids::SlurmGpus;
 use gpu_affinity::slurm::read::{cgroup_conf_path, gres_conf_path};
 
+use crate::copies::Copies;
 use crate::fabric_env;
 use crate::host::{Host, Os};
 use crate::mode::{Choice, OptionValue, Resolved, resolve};
@@ -88,8 +89,10 @@ pub fn read_node(
     resolved: Resolved,
     os: &dyn Os,
 ) -> Result<NodeInputs, StepOutcome> {
+    // Both copies (machine, profiles) through one walk of run_dir.
+    let copies = Copies::new(&settings.run_dir, settings.owner);
     let mut machine = os
-        .read_step_machine(&settings.sysfs_root, &settings.run_dir, settings.owner)
+        .read_step_machine(&settings.sysfs_root, &copies)
         .map_err(|e| unplannable(resolved, format!("this node's topology is unknown ({e})")))?;
     timing::mark("sysfs");
     let slurm_gpus = slurm_gpus(&machine, settings, resolved, os)?;
@@ -102,7 +105,7 @@ pub fn read_node(
     // An admin profile that cannot be used is the admin's to fix: strict refuses the
     // step with the reason, prefer carries on with the built-in profiles.
     let (profiles, warnings) =
-        match os.step_profiles(&settings.profiles_dir, settings.owner, &settings.run_dir) {
+        match os.step_profiles(&settings.profiles_dir, settings.owner, &copies) {
             Ok(profiles) => (profiles, Vec::new()),
             Err(reason) => {
                 log::error!("gpu-affinity: {reason}");

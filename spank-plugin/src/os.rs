@@ -14,6 +14,7 @@ use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 use nix::unistd::Pid;
 
+use crate::copies::Copies;
 use crate::host::{MemPolicy, Os};
 
 /// linux/mempolicy.h (the libc crate does not carry these).
@@ -88,17 +89,12 @@ impl Os for LiveOs {
         crate::sysfs_machine::read_pci_links(root, machine)
     }
 
-    fn read_step_machine(
-        &self,
-        root: &Path,
-        run_dir: &Path,
-        owner: u32,
-    ) -> Result<Machine, String> {
-        crate::sysfs_machine::step_machine(root, run_dir, owner)
+    fn read_step_machine(&self, root: &Path, copies: &Copies) -> Result<Machine, String> {
+        crate::sysfs_machine::step_machine(root, copies)
     }
 
-    fn step_profiles(&self, dir: &Path, owner: u32, run_dir: &Path) -> Result<Profiles, String> {
-        crate::fabric_env::step_profiles(dir, owner, run_dir)
+    fn step_profiles(&self, dir: &Path, owner: u32, copies: &Copies) -> Result<Profiles, String> {
+        crate::fabric_env::step_profiles(dir, owner, copies)
     }
 
     /// Read once per process: user_init asks first (see `user_init::decide`), so the

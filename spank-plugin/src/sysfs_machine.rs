@@ -11,7 +11,7 @@ use gpu_affinity::model::Machine;
 use gpu_affinity::saved;
 use gpu_affinity::sources::sysfs::{self, Detail};
 
-use crate::copies;
+use crate::copies::{self, Copies};
 
 pub fn read_machine(root: &Path, detail: Detail) -> Result<Machine, String> {
     sysfs::read_machine_with(root, detail).map_err(|e| e.to_string())
@@ -21,12 +21,12 @@ pub fn read_pci_links(root: &Path, machine: &mut Machine) -> Result<(), String> 
     sysfs::read_pci_links(root, machine).map_err(|e| e.to_string())
 }
 
-/// The step's machine ([`Detail::Placement`] under `root`), from the node's copy in
-/// `run_dir` while the node's fingerprint is the one it was saved under, else read
-/// afresh and saved (see `copies.rs`). `owner`: who the copy must belong to (root).
-pub fn step_machine(root: &Path, run_dir: &Path, owner: u32) -> Result<Machine, String> {
+/// The step's machine ([`Detail::Placement`] under `root`), from the node's copy while
+/// the node's fingerprint is the one it was saved under, else read afresh and saved
+/// (see `copies.rs`).
+pub fn step_machine(root: &Path, copies: &Copies) -> Result<Machine, String> {
     let fingerprint = saved::node_fingerprint(root);
-    copies::through_copy(run_dir, owner, copies::MACHINE, fingerprint, || {
+    copies.through(copies::MACHINE, fingerprint, || {
         read_machine(root, Detail::Placement)
     })
 }
@@ -55,10 +55,13 @@ mod tests {
     fn the_copy_is_the_machine_read_afresh_until_the_node_changes() {
         let (_t, root, run) = node("p5.48xlarge");
         let fresh = read_machine(&root, Detail::Placement).unwrap();
-        assert_eq!(step_machine(&root, &run, me()).unwrap(), fresh);
+        assert_eq!(
+            step_machine(&root, &Copies::new(&run, me())).unwrap(),
+            fresh
+        );
         assert!(run.join(copies::MACHINE).is_file(), "saved");
         assert_eq!(
-            step_machine(&root, &run, me()).unwrap(),
+            step_machine(&root, &Copies::new(&run, me())).unwrap(),
             fresh,
             "from the copy"
         );
@@ -70,7 +73,10 @@ mod tests {
         edited.gpus.pop();
         let fingerprint = saved::node_fingerprint(&root).unwrap();
         std::fs::write(&copy, saved::to_bytes(&fingerprint, &edited).unwrap()).unwrap();
-        assert_eq!(step_machine(&root, &run, me()).unwrap(), edited);
+        assert_eq!(
+            step_machine(&root, &Copies::new(&run, me())).unwrap(),
+            edited
+        );
 
         // A NIC unplugged: the listing changes, the machine is read afresh and saved.
         let nic = &fresh.nics[0].pci;
@@ -81,8 +87,14 @@ mod tests {
             .unwrap();
         let unplugged = read_machine(&root, Detail::Placement).unwrap();
         assert_ne!(unplugged, fresh);
-        assert_eq!(step_machine(&root, &run, me()).unwrap(), unplugged);
-        assert_eq!(step_machine(&root, &run, me()).unwrap(), unplugged);
+        assert_eq!(
+            step_machine(&root, &Copies::new(&run, me())).unwrap(),
+            unplugged
+        );
+        assert_eq!(
+            step_machine(&root, &Copies::new(&run, me())).unwrap(),
+            unplugged
+        );
     }
 
     #[test]
@@ -94,7 +106,7 @@ mod tests {
         std::fs::create_dir_all(&node0).unwrap();
         std::fs::write(node0.join("cpulist"), "not a cpu list\n").unwrap();
         let run = t.path().join("run");
-        let err = step_machine(&root, &run, me()).unwrap_err();
+        let err = step_machine(&root, &Copies::new(&run, me())).unwrap_err();
         assert_eq!(err, read_machine(&root, Detail::Placement).unwrap_err());
         assert!(!run.join(copies::MACHINE).exists());
     }
