@@ -166,6 +166,7 @@ pub fn apply_rank(
     if topology_missing.is_some() {
         env.retain(|(k, _)| k != "NCCL_TOPO_FILE");
     }
+    crate::timing::mark("env built");
     for (name, value) in &env {
         host.setenv(name, value).map_err(|e| {
             Failure(format!(
@@ -174,7 +175,7 @@ pub fn apply_rank(
             ))
         })?;
     }
-    crate::timing::mark("env");
+    crate::timing::mark("env set");
     if step.resolved.verbose {
         // The CUDA ids the task really got (a per-task binding rewrites them).
         let cuda = env

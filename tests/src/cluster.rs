@@ -947,6 +947,12 @@ impl Cluster {
         }
     }
 
+    /// A plugstack.conf of `plugin` alone, no arguments (bench-launch's control arm);
+    /// takes effect for the next step.
+    pub fn write_plugstack_of(&self, plugin: &Path) -> Result<()> {
+        write(&self.plugstack, &conf::plugstack_line(plugin, &[]))
+    }
+
     /// The plugin line with `extra` arguments after the cluster's own (e.g.
     /// `test_panic=task_init`); takes effect for the next step.
     pub fn write_plugstack_with(&self, extra: &[(&str, &str)]) -> Result<()> {

@@ -12,7 +12,9 @@
 //! and prints each hook's time where it ran (srun's stderr at -vv, slurmd.log), from the
 //! plugin's own `gpu-affinity: timing:` lines.
 
-use std::process::ExitCode;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use gpu_affinity_tests::fixture;
@@ -20,12 +22,18 @@ use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, Result, Variant
 
 const USAGE: &str = "usage: bench-launch [--runs N] [--tasks N] [--machine NAME] [--debug]
                     [--slurm SERIES] [--kind launch|alloc|both|none] [--breakdown N]
+                    [--control] [--breakdown-mode strict|prefer|off] [--step-log FILE]
 
 Times `srun -n8 true` with and without gpu_affinity.so on a throwaway local cluster
 (alternating, after warm-up) and prints medians and the ratio, for a fresh launch and
 for a step inside an allocation (--kind, default both). --slurm picks the series (as
 GPU_AFFINITY_SLURM_SERIES does). --breakdown N: N more strict steps with debug logging,
-and the plugin's time per hook and phase. Runs as root.";
+and the plugin's time per hook and phase (--breakdown-mode: their --gpu-affinity, default
+strict). --control: a fourth arm with a no-op C SPANK
+plugin (tests/bench/control_spank.c: the same option and hooks, no work), what any
+plugin costs on this Slurm. --step-log FILE: each timed step as `ARM START END` (ns since
+the epoch) for `perf record -a -k CLOCK_REALTIME`, whose samples can then be summed per
+arm. Runs as root.";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -41,6 +49,18 @@ struct Args {
     series: Option<String>,
     kinds: Vec<Kind>,
     breakdown: usize,
+    breakdown_mode: String,
+    control: bool,
+    step_log: Option<PathBuf>,
+}
+
+/// What an arm's plugstack.conf holds.
+#[derive(Clone)]
+enum Stack {
+    Empty,
+    GpuAffinity,
+    /// The no-op control plugin (`--control`).
+    Control(PathBuf),
 }
 
 fn parse_args() -> std::result::Result<Option<Args>, String> {
@@ -52,6 +72,9 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
         series: None,
         kinds: vec![Kind::Launch, Kind::Alloc],
         breakdown: 0,
+        breakdown_mode: "strict".to_owned(),
+        control: false,
+        step_log: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -71,6 +94,14 @@ fn parse_args() -> std::result::Result<Option<Args>, String> {
             "--debug" => a.variant = Variant::Debug,
             "--slurm" => a.series = Some(it.next().ok_or("--slurm needs a series")?),
             "--breakdown" => a.breakdown = num("--breakdown")?,
+            "--control" => a.control = true,
+            "--step-log" => a.step_log = Some(it.next().ok_or("--step-log needs a file")?.into()),
+            "--breakdown-mode" => {
+                a.breakdown_mode = match it.next().as_deref() {
+                    Some(m @ ("strict" | "prefer" | "off")) => m.to_owned(),
+                    _ => return Err("--breakdown-mode needs strict, prefer or off".into()),
+                }
+            }
             "--kind" => {
                 a.kinds = match it.next().as_deref() {
                     Some("launch") => vec![Kind::Launch],
@@ -123,6 +154,13 @@ fn time_step(cluster: &Cluster, argv: &[&str]) -> Result<Duration> {
     Ok(took)
 }
 
+/// Now as nanoseconds since the epoch (CLOCK_REALTIME, as `perf record -k` reads it).
+fn since_epoch() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort_unstable();
     let n = v.len();
@@ -170,7 +208,7 @@ fn run(a: &Args) -> Result<()> {
         measure(&cluster, a, *kind, &step)?;
     }
     if a.breakdown > 0 {
-        breakdown(&cluster, a.breakdown, &step)?;
+        breakdown(&cluster, a.breakdown, &a.breakdown_mode, &step)?;
     }
     Ok(())
 }
@@ -247,50 +285,114 @@ fn arm_argv(
     argv
 }
 
+/// The control plugin built for the cluster's series in its directory: the loader
+/// checks plugin_version against the daemons' SLURM_VERSION_NUMBER.
+fn build_control(cluster: &Cluster) -> Result<PathBuf> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/control_spank.c");
+    let out = cluster.dir().join("control_spank.so");
+    let (x, y, z) = cluster.slurm_version();
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&out)
+        .arg(format!(
+            "-DCONTROL_PLUGIN_VERSION={:#x}",
+            (x << 16) | (y << 8) | z
+        ))
+        .arg(&source)
+        .output()
+        .map_err(|e| harness_err!("run cc for {}: {e}", source.display()))?;
+    if !built.status.success() {
+        return Err(harness_err!(
+            "cc {} failed ({}): {}",
+            source.display(),
+            built.status,
+            String::from_utf8_lossy(&built.stderr).trim()
+        ));
+    }
+    Ok(out)
+}
+
 fn measure(cluster: &Cluster, a: &Args, kind: Kind, step: &[String]) -> Result<()> {
     let allocation = match kind {
         Kind::Alloc => Some(Allocation::hold(cluster)?),
         Kind::Launch => None,
     };
     let job = allocation.as_ref().map(|al| al.job.as_str());
-    // (label, plugin on the plugstack, srun argv)
-    let arms: [(&str, bool, Vec<String>); 3] = [
+    // (label, plugstack, srun argv); the first is the baseline of every ratio.
+    let mut arms: Vec<(&str, Stack, Vec<String>)> = vec![
         (
             "without plugin",
-            false,
+            Stack::Empty,
             arm_argv(cluster, kind, job, None, step),
         ),
         (
             "plugin, strict",
-            true,
+            Stack::GpuAffinity,
             arm_argv(cluster, kind, job, Some("strict"), step),
         ),
         (
             "plugin, off",
-            true,
+            Stack::GpuAffinity,
             arm_argv(cluster, kind, job, Some("off"), step),
         ),
     ];
+    if a.control {
+        arms.push((
+            "no-op control",
+            Stack::Control(build_control(cluster)?),
+            arm_argv(cluster, kind, job, Some("off"), step),
+        ));
+    }
     println!(
         "{}: {} rounds after 3 warm-up rounds; each round runs\n  `{}`\n  with the plugin on \
-         the plugstack as `--gpu-affinity=strict` and `--gpu-affinity=off`\n  and without it, \
-         in a rotating order",
+         the plugstack as `--gpu-affinity=strict` and `--gpu-affinity=off`{}\n  and without \
+         it, in a rotating order",
         match kind {
             Kind::Launch => "fresh launch",
             Kind::Alloc => "inside an allocation",
         },
         a.runs,
         arms[0].2.join(" "),
+        if a.control {
+            ", the no-op control plugin"
+        } else {
+            ""
+        },
     );
-    let mut times: [Vec<Duration>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut step_log = match &a.step_log {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(path)
+                .map_err(|e| harness_err!("open {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); arms.len()];
     for round in 0..a.runs + 3 {
         // Rotate the order so no arm always runs first (on a colder cache) or last.
         for k in 0..arms.len() {
             let i = (round + k) % arms.len();
-            let (_, loaded, argv) = &arms[i];
-            cluster.write_plugstack(*loaded)?;
+            let (_, stack, argv) = &arms[i];
+            match stack {
+                Stack::Empty => cluster.write_plugstack(false)?,
+                Stack::GpuAffinity => cluster.write_plugstack(true)?,
+                Stack::Control(so) => cluster.write_plugstack_of(so)?,
+            }
             let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+            let started = since_epoch();
             let t = time_step(cluster, &argv)?;
+            if let Some(log) = &mut step_log {
+                writeln!(
+                    log,
+                    "{} {} {}",
+                    arms[i].0.replace([' ', ','], "_"),
+                    started,
+                    since_epoch()
+                )
+                .map_err(|e| harness_err!("write the step log: {e}"))?;
+            }
             if round >= 3 {
                 times[i].push(t);
             }
@@ -298,18 +400,19 @@ fn measure(cluster: &Cluster, a: &Args, kind: Kind, step: &[String]) -> Result<(
     }
     // Each round's own ratio against the round's step without the plugin, before the
     // times are sorted: a paired figure, which a slow drift of the machine's load (the
-    // same for the three steps of a round) leaves out.
-    let paired = |arm: usize| {
-        let mut r: Vec<f64> = times[arm]
-            .iter()
-            .zip(&times[0])
-            .map(|(t, w)| t.as_secs_f64() / w.as_secs_f64())
-            .collect();
-        r.sort_unstable_by(f64::total_cmp);
-        r[r.len() / 2]
-    };
-    let (paired_strict, paired_off) = (paired(1), paired(2));
-    let mut medians = [Duration::ZERO; 3];
+    // same for the steps of a round) leaves out.
+    let paired: Vec<f64> = (0..arms.len())
+        .map(|arm| {
+            let mut r: Vec<f64> = times[arm]
+                .iter()
+                .zip(&times[0])
+                .map(|(t, w)| t.as_secs_f64() / w.as_secs_f64())
+                .collect();
+            r.sort_unstable_by(f64::total_cmp);
+            r[r.len() / 2]
+        })
+        .collect();
+    let mut medians = vec![Duration::ZERO; arms.len()];
     for (i, (label, _, _)) in arms.iter().enumerate() {
         medians[i] = median(&mut times[i]);
         let v = &times[i];
@@ -320,22 +423,33 @@ fn measure(cluster: &Cluster, a: &Args, kind: Kind, step: &[String]) -> Result<(
             ms(v[v.len() - 1])
         );
     }
-    let ratio = medians[1].as_secs_f64() / medians[0].as_secs_f64();
-    let off_ratio = medians[2].as_secs_f64() / medians[0].as_secs_f64();
+    let ratio = |i: usize| medians[i].as_secs_f64() / medians[0].as_secs_f64();
+    let pct = |r: f64| (r - 1.0) * 100.0;
     println!(
         "ratio strict/without {:.4} ({:+.2} %; goal <= +2 %) {}; off/without {:.4} ({:+.2} %)",
-        ratio,
-        (ratio - 1.0) * 100.0,
-        if ratio <= 1.02 { "OK" } else { "ABOVE GOAL" },
-        off_ratio,
-        (off_ratio - 1.0) * 100.0
+        ratio(1),
+        pct(ratio(1)),
+        if ratio(1) <= 1.02 { "OK" } else { "ABOVE GOAL" },
+        ratio(2),
+        pct(ratio(2))
     );
     println!(
-        "paired: median of the rounds' own ratios strict/without {paired_strict:.4} ({:+.2} %), \
-         off/without {paired_off:.4} ({:+.2} %)",
-        (paired_strict - 1.0) * 100.0,
-        (paired_off - 1.0) * 100.0
+        "paired: median of the rounds' own ratios strict/without {:.4} ({:+.2} %), \
+         off/without {:.4} ({:+.2} %)",
+        paired[1],
+        pct(paired[1]),
+        paired[2],
+        pct(paired[2])
     );
+    if a.control {
+        println!(
+            "control: no-op plugin/without {:.4} ({:+.2} %), paired {:.4} ({:+.2} %)",
+            ratio(3),
+            pct(ratio(3)),
+            paired[3],
+            pct(paired[3])
+        );
+    }
     Ok(())
 }
 
@@ -377,13 +491,13 @@ impl Figures {
     }
 }
 
-/// N strict steps with debug logging; each hook's median per call and calls per step,
+/// N steps of `mode` with debug logging; each hook's median per call and calls per step,
 /// in srun (its stderr at -vv) and on the node (slurmd.log: slurmstepd and the tasks).
-fn breakdown(cluster: &Cluster, steps: usize, step: &[String]) -> Result<()> {
+fn breakdown(cluster: &Cluster, steps: usize, mode: &str, step: &[String]) -> Result<()> {
     cluster.write_plugstack(true)?;
     let before = cluster.log("slurmd.log").len();
     let mut figures = Figures::default();
-    let mut argv = arm_argv(cluster, Kind::Launch, None, Some("strict"), step);
+    let mut argv = arm_argv(cluster, Kind::Launch, None, Some(mode), step);
     if let Some(srun) = argv.iter().position(|a| a == "srun") {
         argv.insert(srun + 1, "-vv".to_owned());
     }
@@ -400,7 +514,7 @@ fn breakdown(cluster: &Cluster, steps: usize, step: &[String]) -> Result<()> {
     let log = cluster.log("slurmd.log");
     figures.read("node", log.get(before..).unwrap_or(""));
     println!(
-        "breakdown: {steps} strict steps `{}`; per hook and phase where it ran: median ms \
+        "breakdown: {steps} {mode} steps `{}`; per hook and phase where it ran: median ms \
          per call, calls per step",
         argv.join(" ")
     );
