@@ -1470,9 +1470,32 @@ mod tests {
             let view = fast::facts("f", text);
             assert_eq!(view.is_ok(), reference.is_ok(), "{text}");
             if let (Ok(view), Ok(reference)) = (view, reference) {
-                let names: Vec<&str> = view.iter().map(|f| &*f.hostname).collect();
-                let want: Vec<&str> = reference.iter().map(|f| f.hostname.as_str()).collect();
-                assert_eq!(names, want, "{text}");
+                // Everything the unit is made of: hostname, each GPU's PCI id and fabric.
+                type Seen<'s> = (&'s str, Vec<(Option<&'s str>, Option<(&'s str, u32)>)>);
+                let got: Vec<Seen> = view
+                    .iter()
+                    .map(|f| {
+                        let gpus = f.gpus.iter().map(|g| {
+                            let fabric = g.fabric.as_ref().map(|x| (&*x.cluster_uuid, x.clique_id));
+                            (g.pci.as_deref(), fabric)
+                        });
+                        (&*f.hostname, gpus.collect())
+                    })
+                    .collect();
+                let want: Vec<Seen> = reference
+                    .iter()
+                    .map(|f| {
+                        let gpus = f.gpus.iter().map(|g| {
+                            let fabric = g
+                                .fabric
+                                .as_ref()
+                                .map(|x| (x.cluster_uuid.as_str(), x.clique_id));
+                            (g.pci.as_deref(), fabric)
+                        });
+                        (f.hostname.as_str(), gpus.collect())
+                    })
+                    .collect();
+                assert_eq!(got, want, "{text}");
             }
         }
     }
