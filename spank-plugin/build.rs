@@ -14,7 +14,8 @@
 //!
 //! Outputs (in OUT_DIR): `spank.rs` (bindings) and `series.rs` (the series, the
 //! plugin_version to export, a build description); cfg `spank_init_failure_mode` when
-//! the headers declare `slurm_spank_init_failure_mode` (Slurm 25.05+).
+//! the headers declare `slurm_spank_init_failure_mode` (Slurm 25.05+). A native build
+//! links the static unwinder in place of libgcc_s (`build/unwinder.rs`).
 
 use std::collections::BTreeMap;
 use std::env;
@@ -28,6 +29,9 @@ use std::path::{Path, PathBuf};
 mod version;
 
 use version::{Series, built_for_marker, version_number};
+
+#[path = "build/unwinder.rs"]
+mod unwinder;
 
 /// The functions `spank.rs` and `logger.rs` call; all must be declared by the header.
 const REQUIRED_FUNCTIONS: &[&str] = &[
@@ -53,6 +57,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed={SERIES_ENV}");
     println!("cargo:rerun-if-env-changed={UPDATE_ENV}");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/unwinder.rs");
     println!("cargo:rerun-if-changed=../core/src/slurm/version.rs");
     println!("cargo:rerun-if-changed={FINGERPRINT_FILE}");
     println!("cargo::rustc-check-cfg=cfg(spank_init_failure_mode)");
@@ -188,6 +193,7 @@ fn main() {
     if let Err(e) = fs::write(&out, series_rs) {
         die(&format!("writing {}: {e}", out.display()));
     }
+    unwinder::link_statically(&out_dir);
 }
 
 fn read_or_die(path: &Path) -> String {

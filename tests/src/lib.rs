@@ -10,6 +10,7 @@
 //! A missing one fails with what to install; set `GPU_AFFINITY_SKIP_SLURM_TESTS=1` to
 //! skip the real-Slurm tests on a development machine instead.
 
+pub mod bench_stats;
 pub mod cluster;
 pub mod conf;
 pub mod daemon;

@@ -100,3 +100,36 @@ fn a_panic_in_any_hook_fails_cleanly_and_the_next_step_runs() {
         .collect();
     assert!(cores.is_empty(), "core files left: {cores:?}");
 }
+
+/// The guard's unwinder is linked into the plugin (spank-plugin/build/unwinder.rs): the
+/// .so needs libc alone (and the loader), so srun and slurmstepd never load libgcc_s.so.1 for it (its
+/// load was most of what loading the plugin cost a process). The panic test above runs
+/// the same build, so a panic caught by this unwinder in a real slurmstepd is tested
+/// there.
+#[test]
+fn the_plugin_needs_libc_alone() {
+    for variant in [Variant::Debug, Variant::PanicTest] {
+        let so = gpu_affinity_tests::plugin::plugin(variant).expect("build the plugin");
+        let out = std::process::Command::new("readelf")
+            .arg("-d")
+            .arg(&so)
+            .output()
+            .expect("run readelf (binutils)");
+        assert!(out.status.success(), "readelf -d {}", so.display());
+        let text = String::from_utf8_lossy(&out.stdout);
+        let needed: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("(NEEDED)"))
+            .filter_map(|l| l.split('[').nth(1)?.split(']').next())
+            .collect();
+        // The dynamic loader itself may be named (a debug build's `__tls_get_addr`).
+        assert!(
+            needed.contains(&"libc.so.6")
+                && needed
+                    .iter()
+                    .all(|n| *n == "libc.so.6" || n.starts_with("ld-linux")),
+            "{variant:?} {} needs {needed:?}:\n{text}",
+            so.display()
+        );
+    }
+}

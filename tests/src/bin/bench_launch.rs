@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use gpu_affinity_tests::bench_stats::{Estimate, Rounds, median};
 use gpu_affinity_tests::fixture;
 use gpu_affinity_tests::{ClientOptions, Cluster, ClusterBuilder, Result, Variant, harness_err};
 
@@ -34,6 +35,9 @@ plugin (tests/bench/control_spank.c: the same option and hooks, no work), what a
 plugin costs on this Slurm. --step-log FILE: each timed step as `ARM START END` (ns since
 the epoch) for `perf record -a -k CLOCK_REALTIME`, whose samples can then be summed per
 arm. Runs as root.";
+
+/// The launch overhead the plugin may add: strict / without at most this.
+const GOAL: f64 = 1.02;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -161,18 +165,26 @@ fn since_epoch() -> u128 {
         .map_or(0, |d| d.as_nanos())
 }
 
-fn median(v: &mut [Duration]) -> Duration {
-    v.sort_unstable();
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2
-    }
+/// `1.0123 (+1.23 %; 95 % 1.0040-1.0210)`.
+fn figure(e: Estimate) -> String {
+    format!(
+        "{:.4} ({:+.2} %; 95 % {:.4}-{:.4})",
+        e.value,
+        (e.value - 1.0) * 100.0,
+        e.low,
+        e.high
+    )
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+/// The goal (at most 2 % overhead) against a ratio and its interval.
+fn verdict(e: Estimate) -> &'static str {
+    match (e.value <= GOAL, e.high <= GOAL) {
+        (true, true) => "OK (goal <= 1.02, the interval within it)",
+        (true, false) => {
+            "OK by the median (goal <= 1.02), but the interval spans the goal: run more rounds"
+        }
+        (false, _) => "ABOVE GOAL (<= 1.02)",
+    }
 }
 
 fn run(a: &Args) -> Result<()> {
@@ -398,56 +410,42 @@ fn measure(cluster: &Cluster, a: &Args, kind: Kind, step: &[String]) -> Result<(
             }
         }
     }
-    // Each round's own ratio against the round's step without the plugin, before the
-    // times are sorted: a paired figure, which a slow drift of the machine's load (the
-    // same for the steps of a round) leaves out.
-    let paired: Vec<f64> = (0..arms.len())
-        .map(|arm| {
-            let mut r: Vec<f64> = times[arm]
-                .iter()
-                .zip(&times[0])
-                .map(|(t, w)| t.as_secs_f64() / w.as_secs_f64())
-                .collect();
-            r.sort_unstable_by(f64::total_cmp);
-            r[r.len() / 2]
-        })
+    let secs: Vec<Vec<f64>> = times
+        .iter()
+        .map(|t| t.iter().map(Duration::as_secs_f64).collect())
         .collect();
-    let mut medians = vec![Duration::ZERO; arms.len()];
     for (i, (label, _, _)) in arms.iter().enumerate() {
-        medians[i] = median(&mut times[i]);
-        let v = &times[i];
+        let mut sorted = secs[i].clone();
+        let m = median(&mut sorted);
         println!(
             "{label:<15} median {:8.2} ms  (min {:.2}, max {:.2})",
-            ms(medians[i]),
-            ms(v[0]),
-            ms(v[v.len() - 1])
+            m * 1e3,
+            sorted[0] * 1e3,
+            sorted[sorted.len() - 1] * 1e3
         );
     }
-    let ratio = |i: usize| medians[i].as_secs_f64() / medians[0].as_secs_f64();
-    let pct = |r: f64| (r - 1.0) * 100.0;
+    let rounds = Rounds::new(&secs).ok_or_else(|| harness_err!("the arms' rounds differ"))?;
+    // The ratio of the arms' medians, and the median of each round's own ratio against
+    // the round's step without the plugin: a paired figure, which a slow drift of the
+    // machine's load (the same for the steps of a round) leaves out.
+    let seed = a.runs as u64;
+    let strict = rounds.ratio_of_medians(1, seed);
     println!(
-        "ratio strict/without {:.4} ({:+.2} %; goal <= +2 %) {}; off/without {:.4} ({:+.2} %)",
-        ratio(1),
-        pct(ratio(1)),
-        if ratio(1) <= 1.02 { "OK" } else { "ABOVE GOAL" },
-        ratio(2),
-        pct(ratio(2))
+        "ratio strict/without {} {}; off/without {}",
+        figure(strict),
+        verdict(strict),
+        figure(rounds.ratio_of_medians(2, seed))
     );
     println!(
-        "paired: median of the rounds' own ratios strict/without {:.4} ({:+.2} %), \
-         off/without {:.4} ({:+.2} %)",
-        paired[1],
-        pct(paired[1]),
-        paired[2],
-        pct(paired[2])
+        "paired: median of the rounds' own ratios strict/without {}, off/without {}",
+        figure(rounds.paired(1, seed)),
+        figure(rounds.paired(2, seed))
     );
     if a.control {
         println!(
-            "control: no-op plugin/without {:.4} ({:+.2} %), paired {:.4} ({:+.2} %)",
-            ratio(3),
-            pct(ratio(3)),
-            paired[3],
-            pct(paired[3])
+            "control: no-op plugin/without {}, paired {}",
+            figure(rounds.ratio_of_medians(3, seed)),
+            figure(rounds.paired(3, seed))
         );
     }
     Ok(())
