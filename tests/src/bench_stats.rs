@@ -139,6 +139,25 @@ mod tests {
     }
 
     #[test]
+    fn a_2_percent_effect_under_noise_lies_inside_both_intervals() {
+        // Each round's arm is 2 % slower than its baseline, give or take 1.5 % of its
+        // own noise: both figures find 1.02 within an interval that has width.
+        let base = baseline(300);
+        let mut rng = fastrand::Rng::with_seed(13);
+        let arm: Vec<f64> = base
+            .iter()
+            .map(|t| t * 1.02 * (0.985 + 0.03 * rng.f64()))
+            .collect();
+        let times = [base, arm];
+        let rounds = Rounds::new(&times).unwrap();
+        for e in [rounds.paired(1, 2), rounds.ratio_of_medians(1, 2)] {
+            assert!(e.low < 1.02 && 1.02 < e.high, "{e:?}");
+            assert!(e.low <= e.value && e.value <= e.high, "{e:?}");
+            assert!(e.high - e.low > 0.001 && e.high - e.low < 0.03, "{e:?}");
+        }
+    }
+
+    #[test]
     fn more_rounds_narrow_the_interval_of_unpaired_noise() {
         // Two arms with the same distribution, drawn independently: no effect, and
         // the interval shrinks about as one over the root of the rounds.

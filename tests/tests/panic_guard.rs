@@ -102,33 +102,71 @@ fn a_panic_in_any_hook_fails_cleanly_and_the_next_step_runs() {
 }
 
 /// The guard's unwinder is linked into the plugin (spank-plugin/build/unwinder.rs): the
-/// .so needs libc alone (and the loader), so srun and slurmstepd never load libgcc_s.so.1 for it (its
-/// load was most of what loading the plugin cost a process). The panic test above runs
-/// the same build, so a panic caught by this unwinder in a real slurmstepd is tested
-/// there.
+/// .so needs libc alone (and the loader), so srun and slurmstepd never load libgcc_s.so.1
+/// for it (its load was most of what loading the plugin cost a process), and every symbol
+/// it leaves to the loader is glibc's or Slurm's own. The panic test above runs the same
+/// build, so a panic caught by this unwinder in a real slurmstepd is tested there.
 #[test]
 fn the_plugin_needs_libc_alone() {
+    // The build links the static unwinder only with the default linker (`cc`, GCC's
+    // libgcc_eh.a at hand); a build with its own linker keeps libgcc_s, as it says.
+    let eh = std::process::Command::new("cc")
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let own_linker =
+        std::env::vars().any(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_LINKER"));
+    if !std::path::Path::new(&eh).is_absolute() || own_linker {
+        eprintln!(
+            "skip: no GCC libgcc_eh.a from cc, or a linker set for the target: the plugin keeps libgcc_s"
+        );
+        return;
+    }
+    let tool = |name: &str, args: &[&str], so: &std::path::Path| {
+        let out = std::process::Command::new(name)
+            .args(args)
+            .arg(so)
+            .output()
+            .unwrap_or_else(|e| panic!("run {name} (binutils): {e}"));
+        assert!(out.status.success(), "{name} {args:?} {}", so.display());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
     for variant in [Variant::Debug, Variant::PanicTest] {
         let so = gpu_affinity_tests::plugin::plugin(variant).expect("build the plugin");
-        let out = std::process::Command::new("readelf")
-            .arg("-d")
-            .arg(&so)
-            .output()
-            .expect("run readelf (binutils)");
-        assert!(out.status.success(), "readelf -d {}", so.display());
-        let text = String::from_utf8_lossy(&out.stdout);
-        let needed: Vec<&str> = text
+        let dynamic = tool("readelf", &["-d"], &so);
+        let needed: Vec<&str> = dynamic
             .lines()
             .filter(|l| l.contains("(NEEDED)"))
             .filter_map(|l| l.split('[').nth(1)?.split(']').next())
             .collect();
-        // The dynamic loader itself may be named (a debug build's `__tls_get_addr`).
+        // The dynamic loader itself may be named (`__tls_get_addr`, `_dl_find_object`).
         assert!(
             needed.contains(&"libc.so.6")
                 && needed
                     .iter()
                     .all(|n| *n == "libc.so.6" || n.starts_with("ld-linux")),
-            "{variant:?} {} needs {needed:?}:\n{text}",
+            "{variant:?} {} needs {needed:?}:\n{dynamic}",
+            so.display()
+        );
+        // Left to the loader: glibc's versioned symbols, weak ones, and the Slurm API
+        // slurmstepd and srun provide. Anything else would fail only at dlopen.
+        let undefined = tool("nm", &["-D", "--undefined-only"], &so);
+        let strays: Vec<&str> = undefined
+            .lines()
+            .filter_map(|l| {
+                let mut words = l.split_whitespace();
+                let (kind, name) = (words.next()?, words.next()?);
+                let ok = kind == "w"
+                    || name.contains("@GLIBC_")
+                    || name.starts_with("spank_")
+                    || name.starts_with("slurm_");
+                (!ok).then_some(name)
+            })
+            .collect();
+        assert!(
+            strays.is_empty(),
+            "{variant:?} {}: undefined {strays:?}",
             so.display()
         );
     }
