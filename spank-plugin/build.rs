@@ -175,6 +175,12 @@ fn main() {
     if let Err(e) = bindings.write_to_file(&out) {
         die(&format!("writing {}: {e}", out.display()));
     }
+    // The unwinder decided (and linked) here, carried in the library for its test.
+    let unwinder = format!(
+        "{}{}",
+        unwinder::MARKER,
+        unwinder::link_statically(&out_dir)
+    );
     let series_rs = format!(
         "/// The Slurm series this build is for (`MAJOR.MINOR`).\n\
          pub const SERIES: &str = {:?};\n\
@@ -183,17 +189,20 @@ fn main() {
          /// One line saying what this build was made from.\n\
          pub const BUILT_FOR: &str = {:?};\n\
          /// The same, NUL-terminated, for the exported `gpu_affinity_built_for`.\n\
-         pub const BUILT_FOR_C: [u8; {}] = *b\"{}\\0\";\n",
+         pub const BUILT_FOR_C: [u8; {}] = *b\"{}\\0\";\n\
+         /// Which unwinder the library has (build/unwinder.rs), NUL-terminated.\n\
+         pub const UNWINDER_C: [u8; {}] = *b\"{}\\0\";\n",
         series.to_string(),
         description,
         description.len() + 1,
-        description.escape_default()
+        description.escape_default(),
+        unwinder.len() + 1,
+        unwinder.escape_default()
     );
     let out = out_dir.join("series.rs");
     if let Err(e) = fs::write(&out, series_rs) {
         die(&format!("writing {}: {e}", out.display()));
     }
-    unwinder::link_statically(&out_dir);
 }
 
 fn read_or_die(path: &Path) -> String {

@@ -30,7 +30,20 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-pub fn link_statically(out_dir: &Path) {
+/// What a build linked, written into the library (`lib.rs`'s `gpu_affinity_unwinder`)
+/// so that a test reads this build's decision instead of making it again.
+pub const MARKER: &str = "gpu-affinity unwinder: ";
+
+/// Link the static unwinder when this build can, and say which unwinder the library
+/// has: `static libgcc_eh` or `libgcc_s (<why>)`.
+pub fn link_statically(out_dir: &Path) -> String {
+    match link(out_dir) {
+        Ok(()) => "static libgcc_eh".to_string(),
+        Err(why) => format!("libgcc_s ({why})"),
+    }
+}
+
+fn link(out_dir: &Path) -> Result<(), String> {
     let target = env::var("TARGET").unwrap_or_default();
     // cargo's resolved linker, and the variable cargo zigbuild sets to choose it.
     let target_linker = format!(
@@ -38,22 +51,26 @@ pub fn link_statically(out_dir: &Path) {
         target.to_uppercase().replace(['-', '.'], "_")
     );
     println!("cargo:rerun-if-env-changed={target_linker}");
-    let native = env::var("HOST").is_ok_and(|host| host == target);
+    if env::var("HOST").is_ok_and(|host| host != target) {
+        return Err(format!("a cross build for {target}"));
+    }
     let linux_gnu = env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux")
         && env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|e| e == "gnu");
+    if !linux_gnu {
+        return Err(format!("{target} is not a Linux gnu target"));
+    }
     // RUSTC_LINKER: cargo's resolved linker, when one is configured (cargo sets it for
-    // build scripts, and reruns them when the config changes).
-    let own_linker = env::var_os("RUSTC_LINKER").is_some()
+    // build scripts).
+    if env::var_os("RUSTC_LINKER").is_some()
         || env::var_os(&target_linker).is_some()
-        || env::var("CARGO_ENCODED_RUSTFLAGS").is_ok_and(|f| f.contains("linker="));
-    if !native || !linux_gnu || own_linker {
-        return;
+        || env::var("CARGO_ENCODED_RUSTFLAGS").is_ok_and(|f| f.contains("linker="))
+    {
+        return Err("the build names its own linker".to_string());
     }
     let (Some(eh), Some(gcc)) = (cc_file("libgcc_eh.a"), cc_file("libgcc.a")) else {
-        println!(
-            "cargo:warning=no libgcc_eh.a and libgcc.a from cc: gpu_affinity.so loads libgcc_s.so.1 for unwinding"
-        );
-        return;
+        let why = "no libgcc_eh.a and libgcc.a from cc";
+        println!("cargo:warning={why}: gpu_affinity.so loads libgcc_s.so.1 for unwinding");
+        return Err(why.to_string());
     };
     let script = out_dir.join("libgcc_s.so");
     let text = format!(
@@ -62,13 +79,16 @@ pub fn link_statically(out_dir: &Path) {
         quoted(&gcc)
     );
     if let Err(e) = fs::write(&script, text) {
+        // ASCII only: the text becomes a byte-string literal in series.rs.
+        let why = format!("cannot write the linker script in OUT_DIR: {e}");
         println!(
-            "cargo:warning=cannot write {}: {e}; gpu_affinity.so loads libgcc_s.so.1",
+            "cargo:warning={why} ({}); gpu_affinity.so loads libgcc_s.so.1",
             script.display()
         );
-        return;
+        return Err(why);
     }
     println!("cargo:rustc-link-search=native={}", out_dir.display());
+    Ok(())
 }
 
 /// `name` from the linker rustc runs (`cc`), when it has it (`cc -print-file-name`

@@ -174,6 +174,11 @@ pub static plugin_version: c_uint = series::PLUGIN_VERSION as c_uint;
 #[allow(unsafe_code)] // a symbol Slurm looks up by name
 #[unsafe(no_mangle)]
 pub static gpu_affinity_built_for: [u8; series::BUILT_FOR_C.len()] = series::BUILT_FOR_C;
+/// Which unwinder this build linked, `gpu-affinity unwinder: static libgcc_eh` or
+/// `... libgcc_s (why)` (spank-plugin/build/unwinder.rs), read by the test that checks it.
+#[allow(unsafe_code)] // kept in the library by name, like gpu_affinity_built_for
+#[unsafe(no_mangle)]
+pub static gpu_affinity_unwinder: [u8; series::UNWINDER_C.len()] = series::UNWINDER_C;
 /// Slurm 25.05+ reads this when `slurm_spank_init` fails: its default,
 /// ESPANK_NODE_FAILURE, drains the node (spank(8)). A user's bad value, a strict refusal
 /// or one admin's broken plugstack line must fail that job, never drain every node that

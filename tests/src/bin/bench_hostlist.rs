@@ -10,6 +10,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use gpu_affinity::slurm::hostlist;
+use gpu_affinity_tests::bench_stats;
 
 const USAGE: &str = "usage: bench-hostlist [--runs N] [--libslurm PATH]
 
@@ -134,9 +135,9 @@ fn names() -> Vec<String> {
     v
 }
 
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
+fn median(times: Vec<Duration>) -> Duration {
+    let mut secs: Vec<f64> = times.iter().map(Duration::as_secs_f64).collect();
+    Duration::from_secs_f64(bench_stats::median(&mut secs))
 }
 
 fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
