@@ -35,11 +35,12 @@ use std::process::Command;
 pub const MARKER: &str = "gpu-affinity unwinder: ";
 
 /// Link the static unwinder when this build can, and say which unwinder the library
-/// has: `static libgcc_eh` or `libgcc_s (<why>)`.
+/// has: `static libgcc_eh`, or `the toolchain's (<why>)`: libgcc_s for a native build,
+/// zig's own for cargo zigbuild.
 pub fn link_statically(out_dir: &Path) -> String {
     match link(out_dir) {
         Ok(()) => "static libgcc_eh".to_string(),
-        Err(why) => format!("libgcc_s ({why})"),
+        Err(why) => format!("the toolchain's ({why})"),
     }
 }
 

@@ -175,7 +175,7 @@ pub static plugin_version: c_uint = series::PLUGIN_VERSION as c_uint;
 #[unsafe(no_mangle)]
 pub static gpu_affinity_built_for: [u8; series::BUILT_FOR_C.len()] = series::BUILT_FOR_C;
 /// Which unwinder this build linked, `gpu-affinity unwinder: static libgcc_eh` or
-/// `... libgcc_s (why)` (spank-plugin/build/unwinder.rs), read by the test that checks it.
+/// `... the toolchain's (why)` (spank-plugin/build/unwinder.rs), read by the test that checks it.
 #[allow(unsafe_code)] // kept in the library by name, like gpu_affinity_built_for
 #[unsafe(no_mangle)]
 pub static gpu_affinity_unwinder: [u8; series::UNWINDER_C.len()] = series::UNWINDER_C;

@@ -120,11 +120,11 @@ fn the_plugin_needs_libc_alone() {
     for variant in [Variant::Debug, Variant::PanicTest] {
         let so = gpu_affinity_tests::plugin::plugin(variant).expect("build the plugin");
         // The build's own word on what it linked (build/unwinder.rs, exported as
-        // `gpu_affinity_unwinder`). A builder who names their own linker keeps libgcc_s
-        // by choice: skipped, saying so. Any other reason (no GCC libgcc_eh.a here, the
+        // `gpu_affinity_unwinder`). A builder who names their own linker keeps that
+        // toolchain's unwinder by choice: skipped, saying so. Any other reason (no GCC libgcc_eh.a here, the
         // script not written) is a failure: GCC, which the suite builds with, has it.
         let unwinder = linked_unwinder(&so);
-        if unwinder == "libgcc_s (the build names its own linker)" {
+        if unwinder == "the toolchain's (the build names its own linker)" {
             eprintln!("skip: {} was built with {unwinder}", so.display());
             continue;
         }
