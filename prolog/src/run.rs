@@ -778,8 +778,13 @@ pub fn main(program: Program) -> ! {
         .map(|(dir, _)| state::load(dir))
         .unwrap_or_default();
     let slurm = Slurm::new(cfg.slurm.bin_dir.clone(), cfg.slurm.conf.clone());
-    if let Err(why) = slurm.bin_dir() {
-        log_line(program, why);
+    match (slurm.bin_dir(), slurm.fallback()) {
+        (Err(why), _) => log_line(program, why),
+        (Ok(dir), Some(how)) => log_line(
+            program,
+            &format!("Slurm clients: {} ({how})", dir.display()),
+        ),
+        (Ok(_), None) => {}
     }
     let (report, rows, next, indices) = pass(
         program,

@@ -36,6 +36,8 @@ pub struct Slurm {
     /// The clients' directory: `[slurm] bin_dir`, else the running slurmd's install
     /// ([`running_clients`]); an error says why neither named one.
     bin_dir: Result<PathBuf, String>,
+    /// How `bin_dir` was found when it was a fallback (for the log).
+    fallback: Fallback,
     /// `[slurm] conf`, given to the clients as `SLURM_CONF`. slurmd runs
     /// HealthCheckProgram with only `SLURMD_NODENAME` in its environment (no PATH, no
     /// SLURM_CONF; measured on 22.05), so a slurm.conf outside the clients' default is
@@ -46,8 +48,16 @@ pub struct Slurm {
 
 impl Slurm {
     pub fn new(bin_dir: Option<PathBuf>, conf: Option<PathBuf>) -> Slurm {
+        let (bin_dir, fallback) = match bin_dir {
+            Some(dir) => (Ok(dir), None),
+            None => match running_clients(Path::new("/proc")) {
+                Ok((dir, fallback)) => (Ok(dir), fallback),
+                Err(why) => (Err(why), None),
+            },
+        };
         Slurm {
-            bin_dir: bin_dir.map_or_else(|| running_clients(Path::new("/proc")), Ok),
+            bin_dir,
+            fallback,
             conf,
             timeout: CLIENT_TIMEOUT,
         }
@@ -56,6 +66,12 @@ impl Slurm {
     /// The directory whose clients this pass runs (for the log), or why there is none.
     pub fn bin_dir(&self) -> Result<&Path, &str> {
         self.bin_dir.as_deref().map_err(String::as_str)
+    }
+
+    /// How the clients' directory was found, when not from `[slurm] bin_dir` or this
+    /// process's parent daemon.
+    pub fn fallback(&self) -> Option<&str> {
+        self.fallback.as_deref()
     }
 
     fn program(&self, name: &str) -> Result<PathBuf, String> {
@@ -113,15 +129,20 @@ impl Slurm {
     }
 }
 
+/// Where the clients were found, when not from this process's own parent daemon: the
+/// log says so, since a fallback is what can pick the wrong series.
+pub type Fallback = Option<String>;
+
 /// The clients of the Slurm that runs on this node, never merely the first install that
 /// exists: a node image can carry a distro Slurm in /usr/bin beside /opt/slurm, and the
 /// other series' clients cannot talk to this controller (22.05's sinfo against 25.11:
 /// measured). In order: the install of the root-owned slurmd or slurmstepd among this
-/// process's ancestors (its `sbin/` -> `bin/`), then that of any root-owned slurmd on
-/// the node (a run by hand), then the one prefix of [`PREFIXES`] holding `scontrol`.
-/// Several prefixes and no daemon to choose is an error naming them (`[slurm] bin_dir`
-/// settles it). `proc` is the procfs mount (a fixture tree in tests).
-pub fn running_clients(proc: &Path) -> Result<PathBuf, String> {
+/// process's ancestors (its `sbin/` -> `bin/`), then that of the root-owned slurmds on
+/// the node (a run by hand) when they all share one, then the one prefix of
+/// [`PREFIXES`] holding `scontrol`. Several installs and no ancestor to choose is an
+/// error naming them (`[slurm] bin_dir` settles it). `proc` is the procfs mount (a
+/// fixture tree in tests).
+pub fn running_clients(proc: &Path) -> Result<(PathBuf, Fallback), String> {
     let mut pid = std::process::id();
     for _ in 0..MAX_ANCESTORS {
         let Some(parent) = parent_pid(proc, pid) else {
@@ -131,19 +152,33 @@ pub fn running_clients(proc: &Path) -> Result<PathBuf, String> {
             break;
         }
         if let Some(bin) = daemon_clients(proc, parent) {
-            return Ok(bin);
+            return Ok((bin, None));
         }
         pid = parent;
     }
-    if let Ok(entries) = std::fs::read_dir(proc) {
-        for entry in entries.flatten() {
-            let pid = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok());
-            if let Some(bin) = pid.and_then(|p| daemon_clients(proc, p)) {
-                return Ok(bin);
-            }
+    let mut running: Vec<PathBuf> = std::fs::read_dir(proc)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| daemon_clients(proc, pid))
+        .collect();
+    running.sort();
+    running.dedup();
+    match running.as_slice() {
+        [one] => {
+            return Ok((
+                one.clone(),
+                Some("no slurmd among this process's parents; the node's running slurmd".into()),
+            ));
+        }
+        [] => {}
+        several => {
+            let names: Vec<String> = several.iter().map(|b| b.display().to_string()).collect();
+            return Err(format!(
+                "slurmds of several installs run on this node ({}) and none is this process's parent: set [slurm] bin_dir",
+                names.join(" and ")
+            ));
         }
     }
     let found: Vec<&str> = PREFIXES
@@ -152,7 +187,10 @@ pub fn running_clients(proc: &Path) -> Result<PathBuf, String> {
         .filter(|p| is_executable(&Path::new(p).join("scontrol")))
         .collect();
     match found.as_slice() {
-        [one] => Ok(PathBuf::from(one)),
+        [one] => Ok((
+            PathBuf::from(one),
+            Some("no running slurmd; the one install with scontrol".into()),
+        )),
         [] => Err(format!(
             "no Slurm clients (scontrol) in {} and no running slurmd: set [slurm] bin_dir",
             PREFIXES.join(", ")
@@ -244,5 +282,71 @@ mod tests {
         // Not a Slurm daemon, or no clients beside it: no answer.
         assert_eq!(clients_beside(&prefix.join("sbin/sshd")), None);
         assert_eq!(clients_beside(Path::new("/nonexistent/sbin/slurmd")), None);
+    }
+
+    /// An install under `root` with `bin/scontrol`; its `sbin/`.
+    fn install(root: &Path, prefix: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let prefix = root.join(prefix);
+        std::fs::create_dir_all(prefix.join("bin")).expect("mkdir");
+        std::fs::create_dir_all(prefix.join("sbin")).expect("mkdir");
+        let scontrol = prefix.join("bin/scontrol");
+        std::fs::write(&scontrol, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&scontrol, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        prefix.join("sbin")
+    }
+
+    /// A fixture `/proc/PID` whose parent is `ppid` and whose exe is `exe`.
+    fn process(proc: &Path, pid: u32, ppid: u32, exe: &Path) {
+        let dir = proc.join(pid.to_string());
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        std::fs::write(
+            dir.join("stat"),
+            format!("{pid} (x) S {ppid} {pid} {pid} 0"),
+        )
+        .expect("stat");
+        std::os::unix::fs::symlink(exe, dir.join("exe")).expect("exe");
+    }
+
+    #[test]
+    fn the_parent_daemon_decides_and_a_scan_that_finds_two_series_refuses() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        // /proc/PID counts only when root owns it, as on a real node.
+        if std::fs::metadata(tmp.path()).expect("tempdir").uid() != 0 {
+            eprintln!("SKIP: fixture /proc entries are root's only when the test runs as root");
+            return;
+        }
+        let proc = tmp.path().join("proc");
+        let opt = install(tmp.path(), "opt/slurm");
+        let usr = install(tmp.path(), "usr");
+        let sh = tmp.path().join("bin/sh");
+        // One install's slurmd and slurmstepd, and none among our parents: that install.
+        process(&proc, 100, 1, &opt.join("slurmd"));
+        process(&proc, 101, 100, &opt.join("slurmstepd"));
+        let (bin, how) = running_clients(&proc).expect("one install");
+        assert_eq!(bin, tmp.path().join("opt/slurm/bin"));
+        assert!(how.is_some_and(|h| h.contains("running slurmd")));
+        // A second series' slurmd (a leftover from another test, a distro package): which
+        // one is this node's is not knowable, so no guess.
+        process(&proc, 200, 1, &usr.join("slurmd-wlm"));
+        let err = running_clients(&proc).expect_err("two installs");
+        assert!(
+            err.contains("opt/slurm/bin") && err.contains("usr/bin") && err.contains("bin_dir"),
+            "{err}"
+        );
+        // Our parent's parent is the second series' slurmd: that settles it.
+        let me = std::process::id();
+        process(&proc, 300, 200, &sh);
+        std::fs::create_dir_all(proc.join(me.to_string())).expect("mkdir");
+        std::fs::write(
+            proc.join(me.to_string()).join("stat"),
+            format!("{me} (prolog) S 300 1 1 0"),
+        )
+        .expect("stat");
+        assert_eq!(
+            running_clients(&proc),
+            Ok((tmp.path().join("usr/bin"), None))
+        );
     }
 }

@@ -168,7 +168,25 @@ fn run_direct(c: &Cluster, program: &str, config: &Path) -> (i32, String) {
 /// [`run_direct`] as `node`'s slurmd would run it.
 fn run_direct_on(c: &Cluster, node: &str, program: &str, config: &Path) -> (i32, String) {
     let bin = c.dir().join("lib").join(program);
-    let (bin, config) = (bin.to_string_lossy(), config.to_string_lossy());
+    // Run by hand, no slurmd is its parent to name the install, and the node-wide scan
+    // can meet other tests' slurmds of other series (and refuse): say it, as an admin
+    // running it by hand on such a node would. Inside a series' Debian root its clients
+    // are the root's /usr/bin.
+    let clients = c
+        .series_install()
+        .map_or_else(|| PathBuf::from("/usr/bin"), |prefix| prefix.join("bin"));
+    let text = std::fs::read_to_string(config).expect("config");
+    let by_hand = config.with_extension("by-hand.toml");
+    std::fs::write(
+        &by_hand,
+        text.replacen(
+            "[slurm]\n",
+            &format!("[slurm]\nbin_dir = \"{}\"\n", clients.display()),
+            1,
+        ),
+    )
+    .expect("config");
+    let (bin, config) = (bin.to_string_lossy(), by_hand.to_string_lossy());
     // As the cluster's clients run: inside the series' Debian root when it has one, so
     // the prolog's sinfo/scontrol are that series' own (22.05's client cannot talk to a
     // 24.11 slurmctld).
