@@ -5,7 +5,7 @@
 //! profiles were most of the plugin's cost per step (docs/measurements.md). A step
 //! first makes the fingerprint (a few reads), then uses the copy saved under the same
 //! fingerprint, or reads afresh and replaces the copy. [`Copies`] walks run_dir once per
-//! step for both copies.
+//! step, for whatever copies it keeps (today one, `node_view.rs`'s).
 //!
 //! The copies are root's alone: `run_dir` reached by the checked walk of
 //! [`safe_dir::open`], each copy read only when it is a regular file `owner` owns with
@@ -20,11 +20,6 @@ use gpu_affinity::safe_dir::{self, Rule, SafeDir};
 use gpu_affinity::saved::{self, MAX_SAVED_BYTES};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-
-/// The machine, as [`crate::sysfs_machine::step_machine`] discovers it.
-pub const MACHINE: &str = "machine.json";
-/// The built-in and admin profiles, as [`crate::fabric_env::step_profiles`] loads them.
-pub const PROFILES: &str = "profiles.json";
 
 /// One step's way to its node's copies: `run_dir`, walked on first use and held for
 /// the step's other copies (no I/O until then, so a fake `Os` that never asks costs

@@ -19,7 +19,6 @@ use gpu_affinity::fabric::{self, Detection, Env, StepInputs};
 use gpu_affinity::model::Machine;
 use gpu_affinity::solver::Plan;
 
-use crate::copies::Copies;
 use crate::run_dir::TOPOLOGY_FILE;
 use crate::settings::Settings;
 use crate::step_data::{GeneratedTopology, StepFabric, VendorTopology};
@@ -27,10 +26,9 @@ use crate::step_data::{GeneratedTopology, StepFabric, VendorTopology};
 /// What the fabric environment is rendered from, besides the machine and the plan
 /// (read as root in init_post_opt, see [`crate::node`]).
 pub struct FabricSetup<'a> {
-    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
-    /// admin's are unusable).
+    /// The profile the node's detection picked, alone (`node_view.rs`).
     pub profiles: &'a Profiles,
-    /// The node's detection over the machine and `profiles`, made in init_post_opt.
+    /// The node's detection over the machine and every profile, made in init_post_opt.
     pub detection: &'a Detection,
     pub settings: &'a Settings,
     /// Warnings from loading the profiles, shown like the fabric's own.
@@ -45,17 +43,6 @@ pub struct FabricSetup<'a> {
 /// prefix so it can serve as a refusal reason.
 pub fn load_profiles(dir: &Path, owner: u32) -> Result<Profiles, String> {
     profiles::load_trusted(dir, owner).map_err(|e| e.to_string())
-}
-
-/// [`load_profiles`] through the node's copy (`copies.rs`): the copy while `dir` is as it
-/// was when the copy was saved (every entry's owner, mode, size and times), else loaded
-/// afresh, so an edit is read and a file made untrusted is refused by the next step. An
-/// error is never saved.
-pub fn step_profiles(dir: &Path, owner: u32, copies: &Copies) -> Result<Profiles, String> {
-    let fingerprint = gpu_affinity::saved::dir_fingerprint(dir);
-    copies.through(crate::copies::PROFILES, fingerprint, || {
-        load_profiles(dir, owner)
-    })
 }
 
 /// Render the profile of `setup.detection` (init_post_opt's, on the same machine and
@@ -137,58 +124,4 @@ pub fn rank_env(env: &Env, index: usize) -> Vec<(String, String)> {
         .filter(|(_, v)| v.to_export())
         .map(|(k, v)| (k.clone(), v.value.clone()))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    const PROFILE: &str = "description = \"site\"\n[match]\nvendor = \"aws\"\n\n[[env]]\nkey = \"NCCL_DEBUG\"\nvalue = \"INFO\"\nsource = \"site\"\n";
-
-    #[test]
-    fn the_profiles_copy_follows_every_edit_and_refuses_a_chmod() {
-        let me = nix::unistd::getuid().as_raw();
-        let t = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let (dir, run) = (t.path().join("profiles.d"), t.path().join("run"));
-        std::fs::create_dir(&dir).unwrap();
-        let file = dir.join("site.toml");
-        std::fs::write(&file, PROFILE).unwrap();
-        let fresh = load_profiles(&dir, me).unwrap();
-        // Each step has its own way to the copies, as slurmstepd does.
-        let step = || step_profiles(&dir, me, &Copies::new(&run, me));
-        assert_eq!(step().unwrap(), fresh);
-        let copy = run.join(crate::copies::PROFILES);
-        assert!(copy.is_file());
-        // The next step is served the copy: one written behind the fingerprint's back
-        // (the built-ins alone) shows it, so a re-read could not pass for it.
-        let fingerprint = gpu_affinity::saved::dir_fingerprint(&dir).unwrap();
-        let planted = Profiles::builtin();
-        std::fs::write(
-            &copy,
-            gpu_affinity::saved::to_bytes(&fingerprint, &planted).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(step().unwrap(), planted, "from the copy");
-
-        // An edit is read by the next step.
-        std::fs::write(&file, PROFILE.replace("INFO", "TRACE")).unwrap();
-        let edited = step().unwrap();
-        assert_ne!(edited, fresh);
-        assert_eq!(edited, load_profiles(&dir, me).unwrap());
-
-        // Made writable by others: refused, by this step and the next (never saved).
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let refused = step().unwrap_err();
-        assert!(refused.contains("site.toml"), "{refused}");
-        assert_eq!(step().unwrap_err(), refused);
-
-        // A parse error names the file and the line, and is not saved either.
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-        std::fs::write(&file, "description = \n").unwrap();
-        let bad = step().unwrap_err();
-        assert!(bad.contains("site.toml:1"), "{bad}");
-        assert_eq!(step().unwrap_err(), bad);
-    }
 }

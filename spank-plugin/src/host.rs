@@ -9,7 +9,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use gpu_affinity::cpuset::CpuSet;
-use gpu_affinity::fabric::profiles::Profiles;
+use gpu_affinity::fabric::NodeView;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
 use gpu_affinity::slurm::slurm_conf::SlurmConf;
@@ -17,6 +17,7 @@ use gpu_affinity::slurm::topology::Topology;
 use gpu_affinity::sources::sysfs::Detail;
 
 use crate::copies::Copies;
+use crate::node_view::ViewError;
 
 /// Where the plugin was loaded (spank_context()).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,15 +115,21 @@ impl fmt::Display for MemPolicy {
 pub trait Os {
     /// The node's topology as seen under `root` (normally `/`), read to `detail`.
     fn read_machine(&self, root: &Path, detail: Detail) -> Result<Machine, String>;
-    /// The step's machine: [`Detail::Placement`] under `root`. The live node's may come
-    /// from its copy (`copies.rs`); fakes read afresh.
-    fn read_step_machine(&self, root: &Path, _copies: &Copies) -> Result<Machine, String> {
-        self.read_machine(root, Detail::Placement)
-    }
-    /// The step's profiles: the built-in ones plus `dir`'s, trust-checked for `owner`.
-    /// The live node's may come from its copy; fakes read afresh.
-    fn step_profiles(&self, dir: &Path, owner: u32, _copies: &Copies) -> Result<Profiles, String> {
-        crate::fabric_env::load_profiles(dir, owner)
+    /// The node as the step sees it: the [`Detail::Placement`] machine under `root`, the
+    /// built-in profiles plus `profiles_dir`'s (trust-checked for `owner`) and the
+    /// detection over both. The live node's may come from its copy (`node_view.rs`);
+    /// fakes read afresh.
+    fn step_view(
+        &self,
+        root: &Path,
+        profiles_dir: &Path,
+        owner: u32,
+        _copies: &Copies,
+    ) -> Result<NodeView, ViewError> {
+        crate::node_view::read_afresh(
+            || self.read_machine(root, Detail::Placement),
+            || crate::fabric_env::load_profiles(profiles_dir, owner),
+        )
     }
     /// Add the PCIe link attributes a [`Detail::Placement`] read left out.
     fn read_pci_links(&self, root: &Path, machine: &mut Machine) -> Result<(), String>;

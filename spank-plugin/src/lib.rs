@@ -73,9 +73,10 @@
 //!   0755 when absent; an existing one must be root's, not writable by others and
 //!   searchable by job users, and every directory above it root's and not writable by
 //!   others (unless sticky, like /tmp), with no symlink on the way. Beside the step
-//!   directories it keeps the node's copies, `machine.json` and `profiles.json` (root's,
-//!   0600): what a step read from sysfs and the profiles, used by the next step while
-//!   the node's fingerprint is unchanged (`copies.rs`); deleting them is always safe.
+//!   directories it keeps the node's copy, `node.json` (root's, 0600): the machine a
+//!   step read from sysfs, its fabric detection and the profile picked, used by the
+//!   next step while the node's and profiles_dir's fingerprints are unchanged
+//!   (`node_view.rs`, `copies.rs`); deleting it is always safe.
 //! * A profile's vendor NCCL topology file must be root's and not writable by group or
 //!   others; otherwise it is not used (a warning) and a topology is generated.
 //!
@@ -126,6 +127,7 @@ mod local_user_init;
 mod logger;
 mod mode;
 mod node;
+mod node_view;
 mod option_callback;
 mod options;
 mod os;

@@ -13,9 +13,10 @@
 //! same there as in user_init), so a step without GPUs is recognised here and reads
 //! nothing, as before.
 
+use gpu_affinity::fabric::Detection;
+use gpu_affinity::fabric::NodeView;
 use gpu_affinity::fabric::profiles::Profiles;
 use gpu_affinity::fabric::topo::{self, TopoDecision};
-use gpu_affinity::fabric::{Detection, detect_with};
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gpu_ids::SlurmGpus;
 use gpu_affinity::slurm::read::{cgroup_conf_path, gres_conf_path};
@@ -24,6 +25,7 @@ use crate::copies::Copies;
 use crate::fabric_env;
 use crate::host::{Host, Os};
 use crate::mode::{Choice, OptionValue, Resolved, resolve};
+use crate::node_view::ViewError;
 use crate::options::user_choice;
 use crate::settings::Settings;
 use crate::step;
@@ -89,12 +91,45 @@ pub fn read_node(
     resolved: Resolved,
     os: &dyn Os,
 ) -> Result<NodeInputs, StepOutcome> {
-    // Both copies (machine, profiles) through one walk of run_dir.
+    // The machine, the profiles and the detection through the node's one copy.
     let copies = Copies::new(&settings.run_dir, settings.owner);
-    let mut machine = os
-        .read_step_machine(&settings.sysfs_root, &copies)
-        .map_err(|e| unplannable(resolved, format!("this node's topology is unknown ({e})")))?;
-    timing::mark("sysfs");
+    let view = os.step_view(
+        &settings.sysfs_root,
+        &settings.profiles_dir,
+        settings.owner,
+        &copies,
+    );
+    let (view, warnings) = match view {
+        Ok(view) => (view, Vec::new()),
+        Err(ViewError::Machine(e)) => {
+            return Err(unplannable(
+                resolved,
+                format!("this node's topology is unknown ({e})"),
+            ));
+        }
+        // An admin profile that cannot be used is the admin's to fix: strict refuses
+        // the step with the reason, prefer carries on with the built-in profiles.
+        Err(ViewError::Profiles { reason, machine }) => {
+            log::error!("gpu-affinity: {reason}");
+            if resolved.strict() {
+                return Err(StepOutcome::Refused { reason });
+            }
+            let warning =
+                format!("gpu-affinity: warning: {reason}; using the built-in fabric profiles");
+            (
+                NodeView::detect(*machine, &Profiles::builtin()),
+                vec![warning],
+            )
+        }
+    };
+    // Once per step: the fabric NICs, the environment and the topology decision in
+    // user_init all use this detection.
+    let NodeView {
+        mut machine,
+        profiles,
+        detection,
+    } = view;
+    timing::mark("node view");
     let slurm_gpus = slurm_gpus(&machine, settings, resolved, os)?;
     timing::mark("gres.conf");
     let cgroup_conf = cgroup_conf_path(os.slurmd_conf().as_deref());
@@ -102,29 +137,6 @@ pub fn read_node(
         .constrain_devices(&cgroup_conf, settings.owner)
         .map_err(|reason| unplannable(resolved, reason))?;
     timing::mark("cgroup.conf");
-    // An admin profile that cannot be used is the admin's to fix: strict refuses the
-    // step with the reason, prefer carries on with the built-in profiles.
-    let (profiles, warnings) =
-        match os.step_profiles(&settings.profiles_dir, settings.owner, &copies) {
-            Ok(profiles) => (profiles, Vec::new()),
-            Err(reason) => {
-                log::error!("gpu-affinity: {reason}");
-                if resolved.strict() {
-                    return Err(StepOutcome::Refused { reason });
-                }
-                (
-                    Profiles::builtin(),
-                    vec![format!(
-                        "gpu-affinity: warning: {reason}; using the built-in fabric profiles"
-                    )],
-                )
-            }
-        };
-    // Once per step: the fabric NICs, the environment and the topology decision in
-    // user_init all use this detection.
-    timing::mark("profiles");
-    let detection = detect_with(&machine, &profiles);
-    timing::mark("detection");
     let vendor_topology = topology_file(&detection, &profiles).map(|path| {
         let parsed = fabric_env::vendor_topology(&settings.sysfs_root, &path, settings.owner);
         if !matches!(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use gpu_affinity::cpuset::CpuSet;
-use gpu_affinity::fabric::profiles::Profiles;
+use gpu_affinity::fabric::NodeView;
 use gpu_affinity::model::Machine;
 use gpu_affinity::slurm::gres_conf::GresConf;
 use gpu_affinity::slurm::slurm_conf::SlurmConf;
@@ -16,6 +16,7 @@ use nix::unistd::Pid;
 
 use crate::copies::Copies;
 use crate::host::{MemPolicy, Os};
+use crate::node_view::ViewError;
 
 /// linux/mempolicy.h (the libc crate does not carry these).
 const MPOL_DEFAULT: i32 = 0;
@@ -89,12 +90,14 @@ impl Os for LiveOs {
         crate::sysfs_machine::read_pci_links(root, machine)
     }
 
-    fn read_step_machine(&self, root: &Path, copies: &Copies) -> Result<Machine, String> {
-        crate::sysfs_machine::step_machine(root, copies)
-    }
-
-    fn step_profiles(&self, dir: &Path, owner: u32, copies: &Copies) -> Result<Profiles, String> {
-        crate::fabric_env::step_profiles(dir, owner, copies)
+    fn step_view(
+        &self,
+        root: &Path,
+        profiles_dir: &Path,
+        owner: u32,
+        copies: &Copies,
+    ) -> Result<NodeView, ViewError> {
+        crate::node_view::step_view(root, profiles_dir, owner, copies)
     }
 
     /// Read once per process: user_init asks first (see `user_init::decide`), so the

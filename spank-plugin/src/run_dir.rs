@@ -1,9 +1,9 @@
 //! Per-step files slurmstepd writes as root: `<run_dir>/job<JOBID>.<STEPID>.<PID>/`.
 //!
 //! Today that is one file, the NCCL topology generated from the node's model, next to a
-//! record of the slurmstepd that made the directory. (The node's copies that sit beside
-//! the step directories, `machine.json` and `profiles.json`, are `copies.rs`'s; the
-//! sweep leaves every name that is not a step directory alone.) Tasks run as the job user and only
+//! record of the slurmstepd that made the directory. (The node's copy that sits beside
+//! the step directories, `node.json`, is `copies.rs`'s; the sweep leaves every name
+//! that is not a step directory alone.) Tasks run as the job user and only
 //! read the topology, so: the directories are 0755 and the files 0644, all owned by root.
 //!
 //! Everything is done through directory handles, never by path once a handle exists:

@@ -48,13 +48,14 @@ pub struct NodeInputs {
     /// The topology under `sysfs_root`, to [`Detail::Placement`]; with the PCIe links too
     /// when the step may generate an NCCL topology file.
     pub machine: Machine,
-    /// Built-in plus the admin's profiles (prefer: the built-in ones alone when the
-    /// admin's are unusable).
+    /// The profile `detection` picked from the built-in plus the admin's profiles
+    /// (prefer: the built-in ones alone when the admin's are unusable), alone.
     pub profiles: Profiles,
     /// Warnings from loading the profiles, shown like the fabric's own.
     pub warnings: Vec<String>,
-    /// The node's fabric detection (vendor, instance, profile) over `machine` and
-    /// `profiles`: made once here and passed to every later use in the step.
+    /// The node's fabric detection (vendor, instance, profile) over `machine` and every
+    /// profile: made once per node state (`node_view.rs`) and passed to every later use
+    /// in the step.
     pub detection: Detection,
     /// The vendor NCCL topology file the node's profile names, when it names one.
     pub vendor_topology: Option<VendorTopology>,

@@ -123,7 +123,7 @@ fn step_with_topology(cluster: &Cluster, run_dir: &Path) {
 }
 
 /// [`step_with_topology`], then no step directory is left (its exit hook may still be
-/// running when srun returns, so within a bound); the node's copies stay, root's alone.
+/// running when srun returns, so within a bound); the node's copy stays, root's alone.
 fn step_leaves_run_dir_empty(cluster: &Cluster, run_dir: &Path, what: &str) {
     step_with_topology(cluster, run_dir);
     let left = wait_for_dirs(run_dir, Duration::from_secs(10), <[PathBuf]>::is_empty);
@@ -132,12 +132,12 @@ fn step_leaves_run_dir_empty(cluster: &Cluster, run_dir: &Path, what: &str) {
         "left after {what}: {left:?}{}",
         cluster.log_tails()
     );
-    for copy in ["machine.json", "profiles.json"] {
-        let meta = std::fs::symlink_metadata(run_dir.join(copy))
-            .unwrap_or_else(|e| panic!("{copy} after {what}: {e}{}", cluster.log_tails()));
-        assert!(meta.is_file(), "{copy}: {meta:?}");
-        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{copy}");
-    }
+    // The node's copy (spank-plugin's node_view.rs) stays, root's alone.
+    let copy = "node.json";
+    let meta = std::fs::symlink_metadata(run_dir.join(copy))
+        .unwrap_or_else(|e| panic!("{copy} after {what}: {e}{}", cluster.log_tails()));
+    assert!(meta.is_file(), "{copy}: {meta:?}");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{copy}");
 }
 
 fn signal(pid: u32, signal: Signal) {

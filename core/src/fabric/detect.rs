@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::profiles::{MatchFacts, Profiles};
 use crate::model::{Machine, NicKind, vendor};
@@ -82,7 +82,7 @@ pub mod family {
     ];
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Vendor {
     Aws,
@@ -126,8 +126,9 @@ impl Vendor {
     }
 }
 
-/// What detection concluded, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// What detection concluded, and why. Read back only from the plugin's copy of it
+/// (`saved`), by the same build.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Detection {
     pub vendor: Vendor,
     /// The instance type ("p5.48xlarge", "Standard_ND96isr_H100_v5", "a3-highgpu-8g",

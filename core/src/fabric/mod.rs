@@ -21,9 +21,11 @@ mod step;
 pub mod template;
 pub mod topo;
 pub mod topo_xml;
+mod view;
 
 pub use detect::{Detection, Vendor, detect, detect_with};
 pub use render::{Env, EnvValue, Origin, render_env};
 pub use step::{
     FabricDecision, StepInputs, fabric_nics, fabric_nics_for, step_fabric, step_fabric_for,
 };
+pub use view::NodeView;

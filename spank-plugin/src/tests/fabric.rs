@@ -372,7 +372,9 @@ fn user_init_renders_the_profile_init_post_opt_detected() {
     assert_ne!(inputs.detection.profile, P5);
     let azure = node.planned().fabric.env.node.get("FI_PROVIDER").cloned();
     assert_eq!(azure, None, "Azure's profile sets no libfabric provider");
+    // As if init_post_opt had detected the p5 profile (and kept it alone).
     inputs.detection.profile = P5.into();
+    inputs.profiles = gpu_affinity::fabric::profiles::Profiles::builtin().only(P5);
     let plugin = Plugin::new();
     plugin.set_settings(node.plugin.settings());
     plugin.set_option(node.plugin.option());

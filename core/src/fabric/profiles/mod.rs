@@ -280,6 +280,14 @@ impl Profiles {
         self.list.iter().find(|p| p.name == name)
     }
 
+    /// The profile `name` alone (none when there is no such profile): all a step needs
+    /// once detection has picked its profile.
+    pub fn only(&self, name: &str) -> Profiles {
+        Profiles {
+            list: self.get(name).into_iter().cloned().collect(),
+        }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Profile> {
         self.list.iter()
     }
