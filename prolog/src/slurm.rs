@@ -35,9 +35,8 @@ const MAX_ANCESTORS: usize = 8;
 pub struct Slurm {
     /// The clients' directory: `[slurm] bin_dir`, else the running slurmd's install
     /// ([`running_clients`]); an error says why neither named one.
-    bin_dir: Result<PathBuf, String>,
-    /// How `bin_dir` was found when it was a fallback (for the log).
-    fallback: Fallback,
+    /// With how it was found when that was a fallback (for the log).
+    bin_dir: Result<(PathBuf, Fallback), String>,
     /// `[slurm] conf`, given to the clients as `SLURM_CONF`. slurmd runs
     /// HealthCheckProgram with only `SLURMD_NODENAME` in its environment (no PATH, no
     /// SLURM_CONF; measured on 22.05), so a slurm.conf outside the clients' default is
@@ -48,16 +47,8 @@ pub struct Slurm {
 
 impl Slurm {
     pub fn new(bin_dir: Option<PathBuf>, conf: Option<PathBuf>) -> Slurm {
-        let (bin_dir, fallback) = match bin_dir {
-            Some(dir) => (Ok(dir), None),
-            None => match running_clients(Path::new("/proc")) {
-                Ok((dir, fallback)) => (Ok(dir), fallback),
-                Err(why) => (Err(why), None),
-            },
-        };
         Slurm {
-            bin_dir,
-            fallback,
+            bin_dir: bin_dir.map_or_else(|| running_clients(Path::new("/proc")), |d| Ok((d, None))),
             conf,
             timeout: CLIENT_TIMEOUT,
         }
@@ -65,19 +56,22 @@ impl Slurm {
 
     /// The directory whose clients this pass runs (for the log), or why there is none.
     pub fn bin_dir(&self) -> Result<&Path, &str> {
-        self.bin_dir.as_deref().map_err(String::as_str)
+        match &self.bin_dir {
+            Ok((dir, _)) => Ok(dir),
+            Err(why) => Err(why),
+        }
     }
 
     /// How the clients' directory was found, when not from `[slurm] bin_dir` or this
     /// process's parent daemon.
     pub fn fallback(&self) -> Option<&str> {
-        self.fallback.as_deref()
+        self.bin_dir.as_ref().ok()?.1.as_deref()
     }
 
     fn program(&self, name: &str) -> Result<PathBuf, String> {
         self.bin_dir
             .as_ref()
-            .map(|d| d.join(name))
+            .map(|(d, _)| d.join(name))
             .map_err(Clone::clone)
     }
 

@@ -176,16 +176,19 @@ fn run_direct_on(c: &Cluster, node: &str, program: &str, config: &Path) -> (i32,
         .series_install()
         .map_or_else(|| PathBuf::from("/usr/bin"), |prefix| prefix.join("bin"));
     let text = std::fs::read_to_string(config).expect("config");
+    let line = format!("bin_dir = \"{}\"\n", clients.display());
+    // Into the config's [slurm] table, or a new one: never silently left out.
+    let text = if text.contains("[slurm]\n") {
+        text.replacen("[slurm]\n", &format!("[slurm]\n{line}"), 1)
+    } else {
+        assert!(
+            !text.contains("[slurm]"),
+            "a [slurm] table not on its own line"
+        );
+        format!("{text}\n[slurm]\n{line}")
+    };
     let by_hand = config.with_extension("by-hand.toml");
-    std::fs::write(
-        &by_hand,
-        text.replacen(
-            "[slurm]\n",
-            &format!("[slurm]\nbin_dir = \"{}\"\n", clients.display()),
-            1,
-        ),
-    )
-    .expect("config");
+    std::fs::write(&by_hand, text).expect("config");
     let (bin, config) = (bin.to_string_lossy(), by_hand.to_string_lossy());
     // As the cluster's clients run: inside the series' Debian root when it has one, so
     // the prolog's sinfo/scontrol are that series' own (22.05's client cannot talk to a
