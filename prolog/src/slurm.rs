@@ -343,4 +343,44 @@ mod tests {
             Ok((tmp.path().join("usr/bin"), None))
         );
     }
+
+    #[test]
+    fn a_job_users_own_slurmd_is_never_taken_for_the_nodes() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        use std::os::unix::process::CommandExt;
+        // A user's prefix with `sbin/slurmd` (a copy of sleep) and `bin/scontrol`, in a
+        // directory the user may run from; the user starts that slurmd.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        if std::fs::metadata(tmp.path()).expect("tempdir").uid() != 0 {
+            eprintln!("SKIP: starting a process as another user needs root");
+            return;
+        }
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let sbin = install(tmp.path(), "evil");
+        let fake = sbin.join("slurmd");
+        std::fs::copy("/bin/sleep", &fake).expect("copy sleep");
+        let mut child = std::process::Command::new(&fake)
+            .arg("30")
+            .uid(65534)
+            .gid(65534)
+            .spawn()
+            .expect("spawn as nobody");
+        let proc_dir = Path::new("/proc").join(child.id().to_string());
+        // Its exe is read as soon as the exec is done.
+        for _ in 0..100 {
+            if std::fs::read_link(proc_dir.join("exe")).is_ok_and(|e| e == fake) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(std::fs::metadata(&proc_dir).expect("proc").uid(), 65534);
+        assert_eq!(clients_beside(&fake), Some(tmp.path().join("evil/bin")));
+        // Whatever else runs here (other tests' root slurmds, none), the user's is not it.
+        let found = running_clients(Path::new("/proc"));
+        let _ = child.kill();
+        let _ = child.wait();
+        let shown = format!("{found:?}");
+        assert!(!shown.contains("evil"), "{shown}");
+    }
 }

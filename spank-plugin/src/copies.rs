@@ -138,6 +138,12 @@ mod tests {
         std::os::unix::fs::symlink(run.join("elsewhere"), &file).unwrap();
         assert_eq!(step("b", 8), Ok(8));
         assert!(!std::fs::symlink_metadata(&file).unwrap().is_symlink());
+        // A FIFO planted where the copy goes: never opened for a blocking read (no hang),
+        // read afresh, and replaced by a regular file.
+        std::fs::remove_file(&file).unwrap();
+        nix::unistd::mkfifo(&file, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert_eq!(step("b", 10), Ok(10));
+        assert!(std::fs::symlink_metadata(&file).unwrap().is_file());
         // A failed read is passed on and never saved; no fingerprint: nothing saved.
         assert_eq!(
             copies.through("e.json", Some("b".into()), || Err::<u32, _>(
@@ -148,5 +154,37 @@ mod tests {
         assert!(!run.join("e.json").exists());
         assert_eq!(copies.through("f.json", None, || read(9)), Ok(9));
         assert!(!run.join("f.json").exists());
+    }
+
+    #[test]
+    fn a_run_dir_a_job_user_made_first_is_never_read_or_written() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let (_t, run) = run_dir();
+        if std::fs::metadata(_t.path()).unwrap().uid() != 0 {
+            eprintln!("SKIP: a directory of another user's needs root to make");
+            return;
+        }
+        // nobody's run_dir, holding a copy that says "planted" under the step's
+        // fingerprint, as the user would write it.
+        std::fs::create_dir(&run).unwrap();
+        std::fs::write(run.join("n.json"), saved::to_bytes("fp", &99u32).unwrap()).unwrap();
+        std::fs::set_permissions(run.join("n.json"), std::fs::Permissions::from_mode(0o600))
+            .unwrap();
+        for path in [&run, &run.join("n.json")] {
+            nix::unistd::chown(path.as_path(), Some(65534.into()), Some(65534.into())).unwrap();
+        }
+        let copies = Copies::new(&run, 0);
+        assert_eq!(
+            copies.through("n.json", Some("fp".into()), || Ok::<_, String>(1u32)),
+            Ok(1)
+        );
+        assert_eq!(
+            copies.through("m.json", Some("fp".into()), || Ok::<_, String>(2u32)),
+            Ok(2)
+        );
+        assert!(
+            !run.join("m.json").exists(),
+            "nothing written in the user's directory"
+        );
     }
 }
