@@ -302,15 +302,26 @@ mod tests {
         std::os::unix::fs::symlink(exe, dir.join("exe")).expect("exe");
     }
 
-    #[test]
-    fn the_parent_daemon_decides_and_a_scan_that_finds_two_series_refuses() {
+    /// A temp dir root owns, or `None` (and a SKIP line saying `why`) when the test does
+    /// not run as root.
+    fn root_tempdir(why: &str) -> Option<tempfile::TempDir> {
         use std::os::unix::fs::MetadataExt;
         let tmp = tempfile::tempdir().expect("tempdir");
-        // /proc/PID counts only when root owns it, as on a real node.
         if std::fs::metadata(tmp.path()).expect("tempdir").uid() != 0 {
-            eprintln!("SKIP: fixture /proc entries are root's only when the test runs as root");
-            return;
+            eprintln!("SKIP: {why}");
+            return None;
         }
+        Some(tmp)
+    }
+
+    #[test]
+    fn the_parent_daemon_decides_and_a_scan_that_finds_two_series_refuses() {
+        // /proc/PID counts only when root owns it, as on a real node.
+        let Some(tmp) =
+            root_tempdir("fixture /proc entries are root's only when the test runs as root")
+        else {
+            return;
+        };
         let proc = tmp.path().join("proc");
         let opt = install(tmp.path(), "opt/slurm");
         let usr = install(tmp.path(), "usr");
@@ -350,11 +361,9 @@ mod tests {
         use std::os::unix::process::CommandExt;
         // A user's prefix with `sbin/slurmd` (a copy of sleep) and `bin/scontrol`, in a
         // directory the user may run from; the user starts that slurmd.
-        let tmp = tempfile::tempdir().expect("tempdir");
-        if std::fs::metadata(tmp.path()).expect("tempdir").uid() != 0 {
-            eprintln!("SKIP: starting a process as another user needs root");
+        let Some(tmp) = root_tempdir("starting a process as another user needs root") else {
             return;
-        }
+        };
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
         let sbin = install(tmp.path(), "evil");
