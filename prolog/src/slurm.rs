@@ -376,13 +376,20 @@ mod tests {
             .spawn()
             .expect("spawn as nobody");
         let proc_dir = Path::new("/proc").join(child.id().to_string());
-        // Its exe is read as soon as the exec is done.
-        for _ in 0..100 {
-            if std::fs::read_link(proc_dir.join("exe")).is_ok_and(|e| e == fake) {
+        // Its exe is read as soon as the exec is done; before that the scan could not
+        // have taken it, and the test would prove nothing.
+        let execed = || std::fs::read_link(proc_dir.join("exe")).is_ok_and(|e| e == fake);
+        for _ in 0..500 {
+            if execed() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        assert!(
+            execed(),
+            "the user's slurmd is running as {}",
+            fake.display()
+        );
         assert_eq!(std::fs::metadata(&proc_dir).expect("proc").uid(), 65534);
         assert_eq!(clients_beside(&fake), Some(tmp.path().join("evil/bin")));
         // Whatever else runs here (other tests' root slurmds, none), the user's is not it.

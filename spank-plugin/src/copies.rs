@@ -159,15 +159,16 @@ mod tests {
     #[test]
     fn a_run_dir_a_job_user_made_first_is_never_read_or_written() {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let (_t, run) = run_dir();
-        if std::fs::metadata(_t.path()).unwrap().uid() != 0 {
+        let (t, run) = run_dir();
+        if std::fs::metadata(t.path()).unwrap().uid() != 0 {
             eprintln!("SKIP: a directory of another user's needs root to make");
             return;
         }
         // nobody's run_dir, holding a copy that says "planted" under the step's
         // fingerprint, as the user would write it.
         std::fs::create_dir(&run).unwrap();
-        std::fs::write(run.join("n.json"), saved::to_bytes("fp", &99u32).unwrap()).unwrap();
+        let planted = saved::to_bytes("fp", &99u32).unwrap();
+        std::fs::write(run.join("n.json"), &planted).unwrap();
         std::fs::set_permissions(run.join("n.json"), std::fs::Permissions::from_mode(0o600))
             .unwrap();
         for path in [&run, &run.join("n.json")] {
@@ -185,6 +186,11 @@ mod tests {
         assert!(
             !run.join("m.json").exists(),
             "nothing written in the user's directory"
+        );
+        assert_eq!(
+            std::fs::read(run.join("n.json")).unwrap(),
+            planted,
+            "the user's file is not replaced either"
         );
     }
 }
