@@ -14,6 +14,7 @@ use crate::node;
 use crate::state::Plugin;
 use crate::step::{self, StepFacts};
 use crate::step_data::{MAX_NODE_GPUS, NO_GPUS, Prepared, StepOutcome, unplannable};
+use crate::timing;
 
 pub fn user_init(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> Result<(), Failure> {
     let outcome = decide(plugin, host, os);
@@ -119,6 +120,11 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         && planned.plan.ranks.iter().any(|r| !r.mems.is_empty())
     {
         let _ = os.online_numa_nodes();
+        // A phase of its own in the breakdown: on 25.11 this open is usually where
+        // slurmstepd's file table grows, a kernel RCU grace period (4-22 ms) that the
+        // step pays in Slurm's own pipe2 when the plugin opens nothing here
+        // (docs/measurements.md, "Every step's RCU grace period").
+        timing::mark("online NUMA nodes");
     }
     outcome
 }

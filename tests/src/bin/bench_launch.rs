@@ -482,14 +482,37 @@ impl Figures {
             let (Some(hook), Some(Ok(total))) = (words.next(), words.next().map(str::parse)) else {
                 continue;
             };
+            if !phase_name(hook) {
+                continue;
+            }
+            // Eight tasks log at once and Slurm writes a line in more than one write(2),
+            // so another task's text can land inside this line: a line with a phase that
+            // does not read as `NAME T` is dropped whole, never counted in part.
+            let parsed: Option<Vec<(&str, f64)>> = phases
+                .split(", ")
+                .filter(|p| !p.is_empty())
+                .map(|phase| {
+                    let (name, t) = phase.rsplit_once(' ')?;
+                    phase_name(name).then_some((name, t.parse().ok()?))
+                })
+                .collect();
+            let Some(parsed) = parsed else {
+                continue;
+            };
             self.add(format!("{side} {hook}"), total);
-            for phase in phases.split(", ").filter(|p| !p.is_empty()) {
-                if let Some((name, Ok(t))) = phase.rsplit_once(' ').map(|(n, t)| (n, t.parse())) {
-                    self.add(format!("{side} {hook} / {name}"), t);
-                }
+            for (name, t) in parsed {
+                self.add(format!("{side} {hook} / {name}"), t);
             }
         }
     }
+}
+
+/// What `timing::mark` names a phase (and a hook): words of letters, digits and `._-`.
+fn phase_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, ' ' | '.' | '_' | '-'))
 }
 
 /// N steps of `mode` with debug logging; each hook's median per call and calls per step,
@@ -534,4 +557,34 @@ fn breakdown(cluster: &Cluster, steps: usize, mode: &str, step: &[String]) -> Re
         sum[0], sum[1]
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timing_line_another_task_wrote_into_is_dropped_whole() {
+        let log = "\
+[2026-12-06T03:55:07.099] [21.0] debug:  gpu-affinity: timing: task_init 0.363 ms (affinity 0.061, env set 0.197)
+[2026-12-06T03:55:07.100] [21.0] debug:  gpu-affinity: timing: task_init 0.401 ms (affinity 0.070, mempolic[2026-12-06T03:55:07.100] [21.0] gpu-affinity: local rank 4: memory policy not applied fy 0.008)
+[2026-12-06T03:55:07.101] [21.0] debug:  gpu-affinity: timing: exit 0.032 ms
+";
+        let mut figures = Figures::default();
+        figures.read("node", log);
+        let rows: Vec<(&str, &[f64])> = figures
+            .rows
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                ("node task_init", &[0.363][..]),
+                ("node task_init / affinity", &[0.061][..]),
+                ("node task_init / env set", &[0.197][..]),
+                ("node exit", &[0.032][..]),
+            ]
+        );
+    }
 }
