@@ -474,20 +474,29 @@ impl Figures {
             let Some(rest) = line.split("gpu-affinity: timing: ").nth(1) else {
                 continue;
             };
+            // Eight tasks log at once and Slurm writes a line in more than one write(2),
+            // so another task's text can land inside this line or cut it short: a line
+            // that is not exactly `HOOK T ms` with its phases closed by `)`, each `NAME T`,
+            // is dropped whole, never counted in part.
             let (head, phases) = match rest.split_once(" (") {
-                Some((h, p)) => (h, p.trim_end_matches(')')),
+                Some((h, p)) => match p.strip_suffix(')') {
+                    Some(p) => (h, p),
+                    None => continue,
+                },
                 None => (rest, ""),
             };
-            let mut words = head.split_whitespace();
-            let (Some(hook), Some(Ok(total))) = (words.next(), words.next().map(str::parse)) else {
+            let mut words = head.split(' ');
+            let (Some(hook), Some(Ok(total)), Some("ms"), None) = (
+                words.next(),
+                words.next().map(str::parse::<f64>),
+                words.next(),
+                words.next(),
+            ) else {
                 continue;
             };
             if !phase_name(hook) {
                 continue;
             }
-            // Eight tasks log at once and Slurm writes a line in more than one write(2),
-            // so another task's text can land inside this line: a line with a phase that
-            // does not read as `NAME T` is dropped whole, never counted in part.
             let parsed: Option<Vec<(&str, f64)>> = phases
                 .split(", ")
                 .filter(|p| !p.is_empty())
@@ -564,11 +573,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_timing_line_another_task_wrote_into_is_dropped_whole() {
+    fn a_timing_line_another_task_wrote_into_or_cut_short_is_dropped_whole() {
         let log = "\
 [2026-12-06T03:55:07.099] [21.0] debug:  gpu-affinity: timing: task_init 0.363 ms (affinity 0.061, env set 0.197)
 [2026-12-06T03:55:07.100] [21.0] debug:  gpu-affinity: timing: task_init 0.401 ms (affinity 0.070, mempolic[2026-12-06T03:55:07.100] [21.0] gpu-affinity: local rank 4: memory policy not applied fy 0.008)
 [2026-12-06T03:55:07.101] [21.0] debug:  gpu-affinity: timing: exit 0.032 ms
+[2026-12-06T03:55:07.102] [21.0] debug:  gpu-affinity: timing: task_init 0.412 ms (affinity 0.07
+[2026-12-06T03:55:07.102] [21.0] debug:  gpu-affinity: timing: task_init 0.4
+[2026-12-06T03:55:07.103] [21.0] debug:  gpu-affinity: timing: exit 0.030 ms[2026-12-06T03:55:07.103] [21.0] debug:  gpu-affinity: local rank 2
 ";
         let mut figures = Figures::default();
         figures.read("node", log);
