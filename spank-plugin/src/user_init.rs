@@ -120,9 +120,9 @@ fn decide(plugin: &Plugin, host: &dyn Host, os: &dyn Os) -> StepOutcome {
         && planned.plan.ranks.iter().any(|r| !r.mems.is_empty())
     {
         let _ = os.online_numa_nodes();
-        // A phase of its own in the breakdown: on 25.11 this open is usually where
-        // slurmstepd's file table grows, a kernel RCU grace period (4-22 ms) that the
-        // step pays in Slurm's own pipe2 when the plugin opens nothing here
+        // A phase of its own in the breakdown: on 24.11 and later this open is usually
+        // where slurmstepd's file table grows, a kernel RCU grace period that the step
+        // pays in Slurm's own pipe2 when the plugin opens nothing here
         // (docs/measurements.md, "Every step's RCU grace period").
         timing::mark("online NUMA nodes");
     }
